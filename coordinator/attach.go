@@ -1,0 +1,314 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// MaxTools bounds the tools one worker may offer.
+const MaxTools = 1024
+
+var (
+	errDetached   = errors.New("coordinator: worker detached")
+	errReplaced   = errors.New("coordinator: worker attached again on another stream")
+	errLeaseLost  = errors.New("coordinator: worker lease lost")
+	errSlowWorker = errors.New("coordinator: worker does not read its control stream")
+)
+
+// attachment is one worker's live control stream on this replica.
+type attachment struct {
+	worker string
+	lease  clientv3.LeaseID
+	out    chan *pb.AttachResponse
+	cancel context.CancelCauseFunc
+
+	mu   sync.Mutex
+	info *workerInfo
+}
+
+// send queues a message for the worker; a worker too slow to keep up is
+// disconnected and, on re-attach, re-reads its stop orders from etcd.
+func (a *attachment) send(m *pb.AttachResponse) {
+	select {
+	case a.out <- m:
+	default:
+		a.cancel(errSlowWorker)
+	}
+}
+
+type attachments struct {
+	mu       sync.Mutex
+	byWorker map[string]*attachment
+}
+
+func newAttachments() *attachments { return &attachments{byWorker: map[string]*attachment{}} }
+
+func (as *attachments) add(a *attachment) {
+	as.mu.Lock()
+	prev := as.byWorker[a.worker]
+	as.byWorker[a.worker] = a
+	as.mu.Unlock()
+	if prev != nil {
+		prev.cancel(errReplaced)
+	}
+}
+
+func (as *attachments) remove(a *attachment) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.byWorker[a.worker] == a {
+		delete(as.byWorker, a.worker)
+	}
+}
+
+func (as *attachments) get(worker string) *attachment {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return as.byWorker[worker]
+}
+
+func (as *attachments) closeAll() {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for _, a := range as.byWorker {
+		a.cancel(context.Canceled)
+	}
+}
+
+// pushStop tells an attached worker to stop a call settled without it.
+func (s *Server) pushStop(worker, callID string, value []byte) {
+	a := s.attached.get(worker)
+	if a == nil {
+		return
+	}
+	o, err := decode[stopOrder]("stop order", value)
+	if err != nil {
+		s.log.Error("bad stop order", "call", callID, "err", err)
+		return
+	}
+	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Stop{Stop: &pb.StopCall{
+		CallId: callID, State: stateValues[o.State], Initiator: initiatorFromName(o.Initiator), Reason: o.Reason,
+	}}})
+}
+
+// Attach implements CoordinatorService.Attach: a worker's control stream.
+func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
+	if err := s.waitReady(stream.Context()); err != nil {
+		return toStatus(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if err := validateHello(hello); err != nil {
+		return toStatus(err)
+	}
+	info := &workerInfo{Name: hello.GetName(), Address: hello.GetAddress(), Tools: toolDefs(hello.GetTools()), Capacity: hello.GetCapacity()}
+	lease, adopted, err := s.register(stream.Context(), info, clientv3.LeaseID(hello.GetLeaseId()))
+	if err != nil {
+		return toStatus(err)
+	}
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	a := &attachment{worker: info.Name, lease: lease, out: make(chan *pb.AttachResponse, 4096), cancel: cancel, info: info}
+	s.attached.add(a)
+	defer s.attached.remove(a)
+	ka, err := s.cli.KeepAlive(ctx, lease)
+	if err != nil {
+		return toStatus(etcdErr(ctx, "keep worker lease alive", err))
+	}
+	s.log.Info("worker attached", "worker", info.Name, "address", info.Address, "lease", int64(lease), "adopted", adopted)
+	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Attached{Attached: &pb.Attached{
+		LeaseId: int64(lease), Adopted: adopted, LeaseTtl: durationpb.New(s.opts.LeaseTTL), Coordinator: s.opts.Name,
+	}}})
+	if err := s.pushPendingStops(ctx, info.Name); err != nil {
+		return toStatus(err)
+	}
+	// Recv cannot be interrupted: the receiver ends when the stream does,
+	// right after Attach returns, so the server owns it, not this handler.
+	s.bg.Go(func() { s.receive(ctx, stream, a) })
+	err = s.serveAttachment(ctx, stream, a, ka)
+	cancel(err)
+	return s.attachEnd(a, context.Cause(ctx))
+}
+
+func (s *Server) serveAttachment(ctx context.Context, stream pb.CoordinatorService_AttachServer, a *attachment, ka <-chan *clientv3.LeaseKeepAliveResponse) error {
+	for {
+		select {
+		case m := <-a.out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case _, ok := <-ka:
+			if !ok {
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return errLeaseLost
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func (s *Server) attachEnd(a *attachment, cause error) error {
+	s.log.Info("worker stream ended", "worker", a.worker, "cause", cause)
+	switch {
+	case errors.Is(cause, errDetached), errors.Is(cause, io.EOF), errors.Is(cause, context.Canceled):
+		return nil
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSlowWorker), errors.Is(cause, errReplaced):
+		return toStatus(fmt.Errorf("%w: %v", ErrEtcd, cause))
+	default:
+		return nil
+	}
+}
+
+// receive handles the worker's messages until the stream ends.
+func (s *Server) receive(ctx context.Context, stream pb.CoordinatorService_AttachServer, a *attachment) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			a.cancel(err)
+			return
+		}
+		if err := s.handleWorkerMsg(ctx, a, m); err != nil {
+			a.cancel(err)
+			return
+		}
+	}
+}
+
+func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.AttachRequest) error {
+	switch msg := m.GetMsg().(type) {
+	case *pb.AttachRequest_Stopped:
+		if len(msg.Stopped.GetCallId()) != 32 || msg.Stopped.GetStoppedAt() == nil {
+			return nil // a report we cannot use; ignore it rather than drop the worker
+		}
+		s.stops.add(ctx, stopReport{worker: a.worker, callID: msg.Stopped.GetCallId(), at: msg.Stopped.GetStoppedAt().AsTime()})
+	case *pb.AttachRequest_Drain:
+		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Draining = true })
+	case *pb.AttachRequest_ToolsChanged:
+		if err := validateTools(msg.ToolsChanged.GetTools()); err != nil {
+			return err
+		}
+		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Tools = toolDefs(msg.ToolsChanged.GetTools()) })
+	case *pb.AttachRequest_Detach:
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.OpTimeout)
+		defer cancel()
+		if _, err := s.cli.Revoke(rctx, a.lease); err != nil {
+			s.log.Warn("revoking worker lease", "worker", a.worker, "err", err)
+		}
+		return errDetached
+	}
+	return nil
+}
+
+func (s *Server) updateWorker(ctx context.Context, a *attachment, change func(*workerInfo)) error {
+	a.mu.Lock()
+	next := *a.info
+	change(&next)
+	a.info = &next
+	a.mu.Unlock()
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.LeaseValue(s.keys.worker(a.worker)), "=", a.lease),
+	).Then(clientv3.OpPut(s.keys.worker(a.worker), encode(&next), clientv3.WithLease(a.lease))).Commit()
+	if err != nil {
+		return etcdErr(ctx, "update worker", err)
+	}
+	return nil
+}
+
+// register writes workers/<name>, adopting the worker's earlier lease if it
+// is still alive, else granting a new one.
+func (s *Server) register(ctx context.Context, info *workerInfo, prev clientv3.LeaseID) (clientv3.LeaseID, bool, error) {
+	wk := s.keys.worker(info.Name)
+	if prev != 0 {
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Txn(octx).If(
+			clientv3.Compare(clientv3.LeaseValue(wk), "=", prev),
+		).Then(clientv3.OpPut(wk, encode(info), clientv3.WithLease(prev))).Commit()
+		cancel()
+		if err == nil && resp.Succeeded {
+			return prev, true, nil
+		}
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	g, err := s.cli.Grant(octx, int64(max(time.Second, s.opts.LeaseTTL)/time.Second))
+	if err != nil {
+		return 0, false, etcdErr(octx, "grant worker lease", err)
+	}
+	resp, err := s.cli.Txn(octx).If(
+		clientv3.Compare(clientv3.CreateRevision(wk), "=", 0),
+	).Then(clientv3.OpPut(wk, encode(info), clientv3.WithLease(g.ID))).Commit()
+	if err == nil && resp.Succeeded {
+		return g.ID, false, nil
+	}
+	s.cli.Revoke(octx, g.ID)
+	if err != nil {
+		return 0, false, etcdErr(octx, "register worker", err)
+	}
+	return 0, false, fmt.Errorf("%w: %q", ErrWorkerNameInUse, info.Name)
+}
+
+// pushPendingStops re-sends stop orders written while the worker was away.
+func (s *Server) pushPendingStops(ctx context.Context, worker string) error {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.keys.ownersOf(worker), clientv3.WithPrefix())
+	if err != nil {
+		return etcdErr(octx, "read stop orders", err)
+	}
+	for _, kv := range resp.Kvs {
+		if _, id, ok := s.keys.parseOwner(string(kv.Key)); ok && len(kv.Value) > 0 {
+			s.pushStop(worker, id, kv.Value)
+		}
+	}
+	return nil
+}
+
+func validateHello(h *pb.WorkerHello) error {
+	if h == nil {
+		return invalid("the first message on the stream must be a hello")
+	}
+	if err := validateName("worker name", h.GetName()); err != nil {
+		return err
+	}
+	if h.GetAddress() == "" || len(h.GetAddress()) > 256 {
+		return invalid("worker address must be 1 to 256 bytes")
+	}
+	if h.GetCapacity() < 0 {
+		return invalid("capacity must not be negative")
+	}
+	return validateTools(h.GetTools())
+}
+
+func validateTools(tools []*pb.Tool) error {
+	if len(tools) > MaxTools {
+		return invalid("a worker may offer at most %d tools", MaxTools)
+	}
+	seen := map[string]bool{}
+	for _, t := range tools {
+		if err := validateToolName(t.GetName()); err != nil {
+			return err
+		}
+		if seen[t.GetName()] {
+			return invalid("tool %q offered twice", t.GetName())
+		}
+		seen[t.GetName()] = true
+	}
+	return nil
+}

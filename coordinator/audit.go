@@ -1,0 +1,233 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/base64"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+const (
+	defaultAuditPage = 100
+	maxAuditPage     = 1000
+)
+
+// ListAudit implements CoordinatorService.ListAudit. Records come oldest
+// first; filters apply server-side; a page scans at most ten pages' worth
+// of records so a selective filter cannot make one request unbounded.
+func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.ListAuditResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, toStatus(invalid("page size must not be negative"))
+	case size == 0:
+		size = defaultAuditPage
+	}
+	size = min(size, maxAuditPage)
+	from := s.keys.auditFrom(req.GetSince().AsTime())
+	if req.GetSince() == nil {
+		from = s.keys.audits()
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		k, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || len(k) <= len(s.keys.audits()) || string(k[:len(s.keys.audits())]) != s.keys.audits() {
+			return nil, toStatus(invalid("bad page token"))
+		}
+		from = string(k)
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.keys.audits())), clientv3.WithLimit(int64(size*10)))
+	if err != nil {
+		return nil, toStatus(etcdErr(octx, "list audit", err))
+	}
+	out := &pb.ListAuditResponse{}
+	var last []byte
+	for _, kv := range resp.Kvs {
+		last = kv.Key
+		a, err := decode[AuditRecord]("audit", kv.Value)
+		if err != nil || !auditMatches(a, req) {
+			continue
+		}
+		out.Records = append(out.Records, a.Proto())
+		if len(out.Records) == size {
+			break
+		}
+	}
+	if last != nil && (resp.More || len(out.Records) == size) {
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString(append(last, 0))
+	}
+	return out, nil
+}
+
+func auditMatches(a *AuditRecord, req *pb.ListAuditRequest) bool {
+	return (req.GetCallId() == "" || a.CallID == req.GetCallId()) &&
+		(req.GetTool() == "" || a.Tool == req.GetTool()) &&
+		(req.GetOutcome() == "" || a.Outcome == req.GetOutcome())
+}
+
+// WatchAudit implements CoordinatorService.WatchAudit: records settled at or
+// after since (if set), then every new record as it is written.
+func (s *Server) WatchAudit(req *pb.WatchAuditRequest, stream pb.CoordinatorService_WatchAuditServer) error {
+	ctx := stream.Context()
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Get(octx, s.keys.auditFrom(req.GetSince().AsTime()), clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.keys.audits())), clientv3.WithLimit(10000))
+	cancel()
+	if err != nil {
+		return toStatus(etcdErr(octx, "watch audit", err))
+	}
+	if req.GetSince() != nil {
+		for _, kv := range resp.Kvs {
+			if err := s.sendAudit(stream, kv); err != nil {
+				return err
+			}
+		}
+	}
+	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.keys.audits(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete())
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return toStatus(etcdErr(ctx, "watch audit", err))
+		}
+		for _, ev := range wr.Events {
+			if !ev.IsCreate() {
+				continue // a stopped_at update, not a new record
+			}
+			if err := s.sendAudit(stream, ev.Kv); err != nil {
+				return err
+			}
+		}
+	}
+	return toStatus(ctx.Err())
+}
+
+func (s *Server) sendAudit(stream pb.CoordinatorService_WatchAuditServer, kv *mvccpb.KeyValue) error {
+	a, err := decode[AuditRecord]("audit", kv.Value)
+	if err != nil {
+		s.log.Error("skipping audit record", "key", string(kv.Key), "err", err)
+		return nil
+	}
+	return stream.Send(&pb.WatchAuditResponse{Record: a.Proto()})
+}
+
+// stopReport says a worker's handler for a settled call really returned.
+type stopReport struct {
+	worker, callID string
+	at             time.Time
+}
+
+// stopBatcher writes stop reports (the audit's stopped_at) and clears the
+// owner keys they close, many per transaction: reports that arrive while
+// one batch is written go into the next.
+type stopBatcher struct {
+	s  *Server
+	in chan stopReport
+}
+
+const maxStopBatch = 128
+
+func newStopBatcher(s *Server) *stopBatcher {
+	return &stopBatcher{s: s, in: make(chan stopReport, 4096)}
+}
+
+func (b *stopBatcher) add(ctx context.Context, r stopReport) {
+	select {
+	case b.in <- r:
+	case <-ctx.Done():
+	}
+}
+
+func (b *stopBatcher) run(ctx context.Context) error {
+	for {
+		var batch []stopReport
+		select {
+		case r := <-b.in:
+			batch = append(batch, r)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	fill:
+		for len(batch) < maxStopBatch {
+			select {
+			case r := <-b.in:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		if err := b.flush(ctx, batch); err != nil && ctx.Err() == nil {
+			b.s.log.Warn("recording handler stops", "n", len(batch), "err", err)
+		}
+	}
+}
+
+// flush reads the batch's calls and audit records, then in one transaction
+// sets stopped_at and deletes the owner keys, if none of them moved.
+func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
+	s := b.s
+	var gets []clientv3.Op
+	for _, r := range batch {
+		gets = append(gets, clientv3.OpGet(s.keys.call(r.callID)))
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(gets...).Commit()
+	if err != nil {
+		return etcdErr(octx, "read stopped calls", err)
+	}
+	var cmps []clientv3.Cmp
+	var ops, auditGets []clientv3.Op
+	var live []stopReport
+	for i, r := range batch {
+		kvs := resp.Responses[i].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		rec, err := decode[callRecord]("call", kvs[0].Value)
+		if err != nil || rec.State == stateRunning || rec.Worker != r.worker || rec.AuditKey == "" {
+			continue
+		}
+		live = append(live, r)
+		auditGets = append(auditGets, clientv3.OpGet(rec.AuditKey))
+		ops = append(ops, clientv3.OpDelete(s.keys.owner(rec.Worker, rec.CallID)))
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	aresp, err := s.cli.Txn(octx).Then(auditGets...).Commit()
+	if err != nil {
+		return etcdErr(octx, "read audit", err)
+	}
+	for i, r := range live {
+		kvs := aresp.Responses[i].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		a, err := decode[AuditRecord]("audit", kvs[0].Value)
+		if err != nil || a.StoppedAt != nil {
+			continue
+		}
+		at := r.at.UTC()
+		a.StoppedAt = &at
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision))
+		ops = append(ops, clientv3.OpPut(string(kvs[0].Key), encode(a), clientv3.WithIgnoreLease()))
+	}
+	tresp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return etcdErr(octx, "record stops", err)
+	}
+	if !tresp.Succeeded && len(batch) > 1 {
+		for _, r := range batch { // something moved under us: one at a time
+			if err := b.flush(ctx, []stopReport{r}); err != nil {
+				return err
+			}
+		}
+	}
+	for _, r := range live {
+		s.view.removeOwner(r.worker, r.callID)
+	}
+	return nil
+}

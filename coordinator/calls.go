@@ -1,0 +1,458 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// Begin implements CoordinatorService.Begin.
+func (s *Server) Begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResponse, error) {
+	resp, err := s.begin(ctx, req)
+	return resp, toStatus(err)
+}
+
+func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResponse, error) {
+	if err := validateBegin(req); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	rec := &callRecord{
+		Scope:       req.GetKey().GetScope(),
+		Principal:   req.GetPrincipal(),
+		RequestID:   requestIDJSON(req.GetKey().GetRequestId()),
+		Tool:        req.GetTool(),
+		Gateway:     req.GetGateway(),
+		State:       stateRunning,
+		RequestedAt: now,
+		Deadline:    now.Add(s.timeout(req)),
+	}
+	idx := s.keys.index(req.GetKey())
+	var reuse int64 // the index revision to overwrite, when the id was used before
+	for range 5 {
+		w, err := s.view.pick(rec.Tool)
+		if err != nil {
+			return nil, err
+		}
+		rec.CallID, rec.Worker = randomID(), w.name
+		fence, err := s.beginTxn(ctx, rec, idx, w, reuse)
+		switch {
+		case err == nil:
+			s.view.addOwner(w.name, rec.CallID)
+			return &pb.BeginResponse{
+				CallId: rec.CallID, Fence: fence, Worker: w.name,
+				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
+			}, nil
+		case errors.As(err, new(*indexTaken)):
+			if reuse, err = s.reusable(ctx, err.(*indexTaken).kv); err != nil {
+				return nil, err
+			}
+		case errors.Is(err, errWorkerGone):
+			s.view.forgetWorker(w.name, w.createRev)
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: the call could not be placed after several tries", ErrNoCapacity)
+}
+
+func validateBegin(req *pb.BeginRequest) error {
+	if err := validateCallKey(req.GetKey()); err != nil {
+		return err
+	}
+	if err := validateToolName(req.GetTool()); err != nil {
+		return err
+	}
+	if len(req.GetPrincipal()) > MaxNameBytes*2 || len(req.GetGateway()) > MaxNameBytes {
+		return invalid("principal or gateway name too long")
+	}
+	if req.GetTimeout() != nil && req.GetTimeout().AsDuration() < 0 {
+		return invalid("timeout must not be negative")
+	}
+	return nil
+}
+
+func (s *Server) timeout(req *pb.BeginRequest) time.Duration {
+	d := req.GetTimeout().AsDuration()
+	if d <= 0 {
+		d = s.opts.DefaultTimeout
+	}
+	return min(d, s.opts.MaxTimeout)
+}
+
+var errWorkerGone = errors.New("coordinator: picked worker is gone")
+
+type indexTaken struct{ kv *mvccpb.KeyValue }
+
+func (e *indexTaken) Error() string { return "coordinator: request id already used in this scope" }
+
+// beginTxn creates the call record, the index entry and the owner key in one
+// transaction, if the worker is still the one we saw and the index entry is
+// free (or still the settled call we are replacing). It returns the fence.
+func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *workerEntry, reuse int64) (int64, error) {
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	wk := s.keys.worker(w.name)
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
+		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
+	).Then(
+		clientv3.OpPut(s.keys.call(rec.CallID), encode(rec), clientv3.WithLease(lease)),
+		clientv3.OpPut(idx, rec.CallID, clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
+	).Else(
+		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
+		clientv3.OpGet(idx),
+	).Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.retention.forget(lease)
+		}
+		return 0, etcdErr(ctx, "begin", err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	wkv, ikv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(wkv) == 0 || wkv[0].CreateRevision != w.createRev {
+		return 0, errWorkerGone
+	}
+	if len(ikv) > 0 {
+		return 0, &indexTaken{ikv[0]}
+	}
+	return 0, errWorkerGone // index moved under us; retry
+}
+
+// reusable checks that the call an index entry points at has settled, so
+// the client may reuse its request id, and returns the entry's revision.
+func (s *Server) reusable(ctx context.Context, idx *mvccpb.KeyValue) (int64, error) {
+	rec, _, err := s.getCall(ctx, string(idx.Value))
+	if errors.Is(err, ErrUnknownCall) {
+		return idx.ModRevision, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if rec.State == stateRunning {
+		return 0, ErrDuplicate
+	}
+	return idx.ModRevision, nil
+}
+
+// getCall reads a call record (linearizably) and returns it with its kv.
+func (s *Server) getCall(ctx context.Context, id string) (*callRecord, *mvccpb.KeyValue, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.keys.call(id))
+	if err != nil {
+		return nil, nil, etcdErr(ctx, "get call", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, ErrUnknownCall
+	}
+	rec, err := decode[callRecord]("call", resp.Kvs[0].Value)
+	return rec, resp.Kvs[0], err
+}
+
+// resolve finds the call a client names in its scope.
+func (s *Server) resolve(ctx context.Context, key *pb.CallKey) (*callRecord, *mvccpb.KeyValue, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.keys.index(key))
+	if err != nil {
+		return nil, nil, etcdErr(octx, "resolve", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, ErrUnknownCall
+	}
+	return s.getCall(ctx, string(resp.Kvs[0].Value))
+}
+
+// Cancel implements CoordinatorService.Cancel.
+func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
+	resp, err := s.cancel(ctx, req)
+	return resp, toStatus(err)
+}
+
+func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
+	d := decision{
+		state:     stateCancelled,
+		initiator: InitiatorName(req.GetInitiator()),
+		reason:    SanitizeReason(req.GetReason()),
+	}
+	if d.initiator == "" {
+		return nil, invalid("initiator is required")
+	}
+	var rec *callRecord
+	var kv *mvccpb.KeyValue
+	var err error
+	switch t := req.GetTarget().(type) {
+	case *pb.CancelRequest_Key:
+		if err := validateCallKey(t.Key); err != nil {
+			return nil, err
+		}
+		rec, kv, err = s.resolve(ctx, t.Key)
+		if err == nil && req.GetPrincipal() != "" && rec.Principal != req.GetPrincipal() {
+			err = ErrUnknownCall // another principal's call is not in this caller's reach
+		}
+		if err == nil && rec.Scope != t.Key.GetScope() {
+			err = ErrUnknownCall
+		}
+		d.late = true
+	case *pb.CancelRequest_Call:
+		rec, kv, err = s.ownedCall(ctx, t.Call)
+		d.stoppedAt = optTime(req.GetStoppedAt())
+	default:
+		return nil, invalid("cancel needs a key or a call")
+	}
+	if errors.Is(err, ErrUnknownCall) {
+		return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	state, err := s.settle(ctx, rec, kv, d)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CancelResponse{Result: cancelResults[state], CallId: rec.CallID}, nil
+}
+
+var cancelResults = map[settled]pb.CancelResult{
+	won:              pb.CancelResult_CANCEL_RESULT_CANCELLED,
+	alreadyCompleted: pb.CancelResult_CANCEL_RESULT_ALREADY_COMPLETED,
+	alreadyFailed:    pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED,
+	alreadyCancelled: pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED,
+}
+
+var settleResults = map[settled]pb.SettleResult{
+	won:              pb.SettleResult_SETTLE_RESULT_WON,
+	alreadyCompleted: pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED,
+	alreadyFailed:    pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED,
+	alreadyCancelled: pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED,
+}
+
+// ownedCall reads the call a worker or gateway names by id and fence.
+func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *mvccpb.KeyValue, error) {
+	if ref == nil || len(ref.GetCallId()) != 32 {
+		return nil, nil, invalid("call id must be 32 hex digits")
+	}
+	if _, err := hexDecode(ref.GetCallId()); err != nil {
+		return nil, nil, invalid("call id must be 32 hex digits")
+	}
+	rec, kv, err := s.getCall(ctx, ref.GetCallId())
+	if err != nil {
+		return nil, nil, err
+	}
+	if kv.CreateRevision != ref.GetFence() {
+		return nil, nil, fmt.Errorf("%w: call %s has fence %d, not %d", ErrFenceMismatch, rec.CallID, kv.CreateRevision, ref.GetFence())
+	}
+	if ref.GetWorker() != "" && ref.GetWorker() != rec.Worker {
+		return nil, nil, fmt.Errorf("%w: call %s runs on %s", ErrNotOwner, rec.CallID, rec.Worker)
+	}
+	return rec, kv, nil
+}
+
+// Complete implements CoordinatorService.Complete.
+func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
+	rec, kv, err := s.ownedCall(ctx, req.GetCall())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	stopped := optTime(req.GetStoppedAt())
+	if stopped == nil {
+		t := s.now()
+		stopped = &t
+	}
+	state, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CompleteResponse{Result: settleResults[state]}, nil
+}
+
+// Fail implements CoordinatorService.Fail.
+func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailResponse, error) {
+	d := decision{
+		state:     stateFailed,
+		initiator: InitiatorName(req.GetInitiator()),
+		reason:    SanitizeReason(req.GetReason()),
+		stoppedAt: optTime(req.GetStoppedAt()),
+	}
+	if d.initiator == "" {
+		return nil, toStatus(invalid("initiator is required"))
+	}
+	rec, kv, err := s.ownedCall(ctx, req.GetCall())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	state, err := s.settle(ctx, rec, kv, d)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.FailResponse{Result: settleResults[state]}, nil
+}
+
+// decision is one attempt to move a call out of RUNNING.
+type decision struct {
+	state     string // completed, cancelled or failed
+	initiator string
+	reason    string
+	// stoppedAt is when the handler returned, if it has: the owner key is
+	// then deleted; otherwise it becomes a stop order for the worker.
+	stoppedAt *time.Time
+	// ownerGone says the worker is gone: drop the owner key and leave
+	// stopped_at unknown.
+	ownerGone bool
+	// late says a client's cancellation that loses is audited once as
+	// cancel_lost.
+	late bool
+}
+
+type settled int
+
+const (
+	won settled = iota
+	alreadyCompleted
+	alreadyFailed
+	alreadyCancelled
+)
+
+var lostTo = map[string]settled{
+	stateCompleted: alreadyCompleted,
+	stateFailed:    alreadyFailed,
+	stateCancelled: alreadyCancelled,
+}
+
+// settle moves a running call to d.state in one transaction guarded by the
+// fence, writing the audit record in the same transaction. If another
+// decision got there first it reports which, and for a client's late
+// cancellation writes the one cancel_lost record.
+func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (settled, error) {
+	for range 3 {
+		if rec.State != stateRunning {
+			if d.late && rec.State != stateCancelled && !rec.CancelLost {
+				if err := s.recordLost(ctx, rec, kv, d); err != nil {
+					return 0, err
+				}
+			}
+			return lostTo[rec.State], nil
+		}
+		done, err := s.settleTxn(ctx, rec, kv, d)
+		if err != nil || done {
+			return won, err
+		}
+		if rec, kv, err = s.getCall(ctx, rec.CallID); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
+}
+
+func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (bool, error) {
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return false, err
+	}
+	now := s.now()
+	next := *rec
+	next.State, next.Initiator, next.Reason, next.SettledAt = d.state, d.initiator, d.reason, now
+	next.AuditKey = s.keys.audit(now, rec.CallID, "")
+	owner := s.keys.owner(rec.Worker, rec.CallID)
+	ownerOp := clientv3.OpDelete(owner)
+	if d.stoppedAt == nil && !d.ownerGone {
+		ownerOp = clientv3.OpPut(owner, encode(stopOrder{d.state, d.initiator, d.reason}))
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+	).Then(
+		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
+		clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, d.stoppedAt)), clientv3.WithLease(lease)),
+		ownerOp,
+	).Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.retention.forget(lease)
+		}
+		return false, etcdErr(ctx, "settle", err)
+	}
+	if resp.Succeeded && (d.stoppedAt != nil || d.ownerGone) {
+		s.view.removeOwner(rec.Worker, rec.CallID)
+	}
+	return resp.Succeeded, nil
+}
+
+// recordLost writes the single cancel_lost audit record of a call.
+func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) error {
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	next := *rec
+	next.CancelLost = true
+	lost := rec.audit(outcomeCancelLost, now, nil)
+	lost.Initiator, lost.Reason = d.initiator, d.reason
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err = s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+	).Then(
+		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithIgnoreLease()),
+		clientv3.OpPut(s.keys.audit(now, rec.CallID, "-lost"), encode(lost), clientv3.WithLease(lease)),
+	).Commit()
+	if err != nil {
+		return etcdErr(ctx, "record lost cancel", err)
+	}
+	return nil // a failed compare means another late cancel recorded it
+}
+
+// GetCall implements CoordinatorService.GetCall.
+func (s *Server) GetCall(ctx context.Context, req *pb.GetCallRequest) (*pb.GetCallResponse, error) {
+	var rec *callRecord
+	var kv *mvccpb.KeyValue
+	var err error
+	switch t := req.GetTarget().(type) {
+	case *pb.GetCallRequest_CallId:
+		if _, herr := hexDecode(t.CallId); herr != nil || len(t.CallId) != 32 {
+			return nil, toStatus(invalid("call id must be 32 hex digits"))
+		}
+		rec, kv, err = s.getCall(ctx, t.CallId)
+	case *pb.GetCallRequest_Key:
+		if err := validateCallKey(t.Key); err != nil {
+			return nil, toStatus(err)
+		}
+		rec, kv, err = s.resolve(ctx, t.Key)
+	default:
+		return nil, toStatus(invalid("get call needs a call id or a key"))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.GetCallResponse{Call: rec.proto(kv.CreateRevision)}, nil
+}
+
+func optTime(t *timestamppb.Timestamp) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := t.AsTime()
+	return &v
+}

@@ -1,0 +1,207 @@
+// Package coordinator is the control plane of mcpcancel: a gRPC service that
+// decides, exactly once per call and in etcd, whether completion,
+// cancellation or failure won. Every decision is one etcd transaction
+// guarded by the call record's revision (the fence) that also writes the
+// decision's audit record. Replicas hold no state another replica needs.
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// Options configures a coordinator replica. The zero value of every field
+// but Client means its default.
+type Options struct {
+	// Client talks to etcd. Required.
+	Client *clientv3.Client
+	// Prefix of every key (default "/mcpcancel/v1/").
+	Prefix string
+	// Name identifies this replica in logs and Attached messages.
+	Name string
+	// LeaseTTL is the worker lease TTL (default 10s): a worker that is gone
+	// this long has its running calls failed.
+	LeaseTTL time.Duration
+	// Retention is how long settled calls and audit records are kept
+	// (default 24h).
+	Retention time.Duration
+	// DefaultTimeout applies to calls that ask for none (default 10m);
+	// MaxTimeout caps what a call may ask for (default Retention/2).
+	DefaultTimeout, MaxTimeout time.Duration
+	// OpTimeout bounds each etcd operation (default 5s).
+	OpTimeout time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is one coordinator replica. It implements the gRPC
+// CoordinatorService; Run must be running for it to serve.
+type Server struct {
+	pb.UnimplementedCoordinatorServiceServer
+
+	opts Options
+	cli  *clientv3.Client
+	keys keys
+	log  *slog.Logger
+
+	view      *view
+	retention *retention
+	stops     *stopBatcher
+	attached  *attachments
+
+	ready chan struct{}
+	bg    sync.WaitGroup // stream receivers that outlive their handlers briefly
+}
+
+var _ pb.CoordinatorServiceServer = (*Server)(nil)
+
+// New returns a replica; it does nothing until Run.
+func New(opts Options) *Server {
+	if opts.Client == nil {
+		panic("coordinator: Options.Client is required")
+	}
+	setDefaults(&opts)
+	s := &Server{
+		opts:     opts,
+		cli:      opts.Client,
+		keys:     keys{opts.Prefix},
+		log:      opts.Logger,
+		attached: newAttachments(),
+		ready:    make(chan struct{}),
+	}
+	s.view = newView(s)
+	s.retention = &retention{s: s}
+	s.stops = newStopBatcher(s)
+	return s
+}
+
+func setDefaults(o *Options) {
+	if o.Prefix == "" {
+		o.Prefix = "/mcpcancel/v1/"
+	}
+	if o.Name == "" {
+		o.Name = "coordinator-" + randomID()[:8]
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.Retention == 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.DefaultTimeout == 0 {
+		o.DefaultTimeout = 10 * time.Minute
+	}
+	if o.MaxTimeout == 0 {
+		o.MaxTimeout = o.Retention / 2
+	}
+	if o.OpTimeout == 0 {
+		o.OpTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Run serves until ctx is done: it keeps this replica's view of workers and
+// running calls, pushes stop orders to attached workers, batches handler
+// stop reports and campaigns for the janitor. It returns nil when ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.view.load(ctx); err != nil {
+		return err
+	}
+	close(s.ready)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.view.watchWorkers(ctx) })
+	g.Go(func() error { return s.view.watchOwners(ctx) })
+	g.Go(func() error { return s.stops.run(ctx) })
+	g.Go(func() error { return s.runJanitor(ctx) })
+	err := g.Wait()
+	s.attached.closeAll()
+	s.bg.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Ready is closed once the replica has loaded its view and can serve.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+func (s *Server) waitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// opCtx bounds one etcd operation.
+func (s *Server) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.OpTimeout)
+}
+
+func (s *Server) now() time.Time { return s.opts.Now().UTC() }
+
+func randomID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// retention hands out the lease that settled records live on. Each lease
+// lives Retention plus one rotation period and is never kept alive, so
+// records expire on their own; a new one is granted every Retention/24.
+type retention struct {
+	s *Server
+
+	mu      sync.Mutex
+	id      clientv3.LeaseID
+	granted time.Time
+}
+
+func (r *retention) lease(ctx context.Context) (clientv3.LeaseID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rotate := r.rotation()
+	if r.id != 0 && r.s.now().Sub(r.granted) < rotate {
+		return r.id, nil
+	}
+	ttl := int64((r.s.opts.Retention + rotate + time.Second - 1) / time.Second)
+	ctx, cancel := r.s.opCtx(ctx)
+	defer cancel()
+	resp, err := r.s.cli.Grant(ctx, ttl)
+	if err != nil {
+		return 0, etcdErr(ctx, "grant retention lease", err)
+	}
+	r.id, r.granted = resp.ID, r.s.now()
+	return r.id, nil
+}
+
+// forget drops a lease etcd no longer knows, so the next call grants anew.
+func (r *retention) forget(id clientv3.LeaseID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.id == id {
+		r.id = 0
+	}
+}
+
+func (r *retention) rotation() time.Duration {
+	return max(r.s.opts.Retention/24, time.Second)
+}

@@ -1,0 +1,91 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Errors the coordinator returns. At the gRPC boundary each maps to a status
+// code and an ErrorInfo whose reason names it.
+var (
+	ErrInvalid         = errors.New("coordinator: invalid argument")
+	ErrUnknownTool     = errors.New("coordinator: no live worker offers this tool")
+	ErrNoCapacity      = errors.New("coordinator: every worker offering this tool is busy or draining")
+	ErrDuplicate       = errors.New("coordinator: request id already in flight in this scope")
+	ErrUnknownCall     = errors.New("coordinator: no such call")
+	ErrFenceMismatch   = errors.New("coordinator: fence does not match the call")
+	ErrNotOwner        = errors.New("coordinator: call belongs to another worker")
+	ErrWorkerNameInUse = errors.New("coordinator: worker name held by a live lease")
+	ErrEtcd            = errors.New("coordinator: etcd unavailable")
+)
+
+// ErrorDomain is the ErrorInfo domain of coordinator errors.
+const ErrorDomain = "mcpcancel.coordinator"
+
+var errorCodes = []struct {
+	err    error
+	code   codes.Code
+	reason string
+}{
+	{ErrInvalid, codes.InvalidArgument, "INVALID_ARGUMENT"},
+	{ErrUnknownTool, codes.NotFound, "UNKNOWN_TOOL"},
+	{ErrNoCapacity, codes.ResourceExhausted, "NO_CAPACITY"},
+	{ErrDuplicate, codes.AlreadyExists, "DUPLICATE_REQUEST_ID"},
+	{ErrUnknownCall, codes.NotFound, "UNKNOWN_CALL"},
+	{ErrFenceMismatch, codes.FailedPrecondition, "FENCE_MISMATCH"},
+	{ErrNotOwner, codes.FailedPrecondition, "NOT_OWNER"},
+	{ErrWorkerNameInUse, codes.AlreadyExists, "WORKER_NAME_IN_USE"},
+	{ErrEtcd, codes.Unavailable, "ETCD_UNAVAILABLE"},
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// ErrorReason returns the ErrorInfo reason of a coordinator status error, or
+// "" when it has none.
+func ErrorReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			return info.Reason
+		}
+	}
+	return ""
+}
+
+// toStatus maps an error to a gRPC status at the boundary.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, "request cancelled")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	for _, e := range errorCodes {
+		if errors.Is(err, e.err) {
+			st, _ := status.New(e.code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: e.reason, Domain: ErrorDomain})
+			return st.Err()
+		}
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// etcdErr wraps an etcd client failure as ErrEtcd, keeping context errors.
+func etcdErr(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w: %s: %v", ErrEtcd, op, err)
+}
+

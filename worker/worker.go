@@ -1,0 +1,272 @@
+// Package worker is the runtime a tool author embeds to run MCP tools on a
+// worker fleet behind mcpcancel. Register tools with Handle, then Run: the
+// worker serves Execute to gateways, attaches to a coordinator (any
+// replica, reconnecting as needed), and settles each call there before a
+// result leaves it. A handler's context is cancelled the moment its call is
+// cancelled, wherever the cancellation came from.
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
+)
+
+// ErrClosed means the worker is shutting down or has shut down.
+var ErrClosed = errors.New("worker: closed")
+
+// Options configures a worker. The zero value of every field but
+// Coordinator means its default.
+type Options struct {
+	// Coordinator is the coordinator target: "host:port", "dns:///name:port"
+	// or a comma-separated list of replicas. Required.
+	Coordinator string
+	// Name must be unique among live workers (default: hostname plus a
+	// random suffix).
+	Name string
+	// Advertise is the host:port gateways dial for Execute (default: the
+	// listener's address).
+	Advertise string
+	// Capacity caps concurrent calls; 0 means no cap.
+	Capacity int
+	// DrainTimeout bounds how long shutdown waits for running handlers
+	// before cancelling them (default 30s).
+	DrainTimeout time.Duration
+	// DialOptions and ServerOptions add to the gRPC defaults (plaintext).
+	DialOptions   []grpc.DialOption
+	ServerOptions []grpc.ServerOption
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Tool describes a tool in MCP's terms.
+type Tool struct {
+	Name        string
+	Title       string
+	Description string
+	// InputSchema is the JSON Schema of the arguments (default: any object).
+	InputSchema json.RawMessage
+	// OutputSchema and Annotations are optional JSON.
+	OutputSchema json.RawMessage
+	Annotations  json.RawMessage
+}
+
+// Handler runs one call. Its ctx is done when the call is cancelled, when
+// its deadline passes, or when its caller is gone; a handler should return
+// promptly then. Its result is delivered only if the call completes first.
+// A returned error fails the call with the error's text.
+type Handler func(ctx context.Context, c *Call) (*Result, error)
+
+// Worker runs tool handlers for mcpcancel.
+type Worker struct {
+	pb.UnimplementedWorkerServiceServer
+
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	tools    map[string]*registered
+	calls    map[string]*execution
+	draining bool
+	running  sync.WaitGroup // handlers
+
+	ctrl    *control
+	coord   pb.CoordinatorServiceClient
+	closed  chan struct{}
+	stop    context.CancelFunc
+	runDone chan struct{}
+}
+
+type registered struct {
+	tool    Tool
+	handler Handler
+}
+
+var _ pb.WorkerServiceServer = (*Worker)(nil)
+
+// New returns a worker with no tools.
+func New(opts Options) *Worker {
+	if opts.Name == "" {
+		host, _ := os.Hostname()
+		opts.Name = sanitizeName(host) + "-" + randomHex(4)
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Worker{
+		opts:    opts,
+		log:     opts.Logger.With("worker", opts.Name),
+		tools:   map[string]*registered{},
+		calls:   map[string]*execution{},
+		closed:  make(chan struct{}),
+		runDone: make(chan struct{}),
+	}
+	w.ctrl = newControl(w)
+	return w
+}
+
+// Name is the worker's name.
+func (w *Worker) Name() string { return w.opts.Name }
+
+// Handle registers a tool. It panics if the tool is registered twice or has
+// no name: both are programming errors.
+func (w *Worker) Handle(t Tool, h Handler) {
+	if t.Name == "" || h == nil {
+		panic("worker: Handle needs a tool name and a handler")
+	}
+	if len(t.InputSchema) == 0 {
+		t.InputSchema = json.RawMessage(`{"type":"object"}`)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.tools[t.Name]; dup {
+		panic(fmt.Sprintf("worker: tool %q registered twice", t.Name))
+	}
+	w.tools[t.Name] = &registered{t, h}
+	w.ctrl.toolsChanged()
+}
+
+func (w *Worker) toolList() []*pb.Tool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.toolListLocked()
+}
+
+func (w *Worker) toolListLocked() []*pb.Tool {
+	out := make([]*pb.Tool, 0, len(w.tools))
+	for _, r := range w.tools {
+		out = append(out, &pb.Tool{
+			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
+			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
+			AnnotationsJson: r.tool.Annotations,
+		})
+	}
+	return out
+}
+
+// Run serves Execute on lis and keeps the worker attached to a coordinator
+// until ctx is done; then it drains: it takes no new calls, waits up to
+// DrainTimeout for running handlers (cancelling the rest), detaches so its
+// lease is revoked, and returns. Run may be called once.
+func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
+	defer close(w.runDone)
+	if w.opts.Advertise == "" {
+		w.opts.Advertise = lis.Addr().String()
+	}
+	conn, err := dial.New(w.opts.Coordinator, w.opts.DialOptions...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	w.coord = pb.NewCoordinatorServiceClient(conn)
+
+	srv := grpc.NewServer(w.opts.ServerOptions...)
+	pb.RegisterWorkerServiceServer(srv, w)
+	hs := health.NewServer()
+	healthgrpc.RegisterHealthServer(srv, hs)
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w.mu.Lock()
+	w.stop = stop
+	w.mu.Unlock()
+	ctrlCtx, stopCtrl := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCtrl()
+	var g errgroup.Group
+	g.Go(func() error { return srv.Serve(lis) })
+	g.Go(func() error { return w.ctrl.run(ctrlCtx) })
+
+	<-ctx.Done()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	w.drain()
+	w.ctrl.detach()
+	stopCtrl()
+	srv.GracefulStop()
+	err = g.Wait()
+	if errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
+	}
+	return err
+}
+
+// drain stops taking calls and waits for handlers, cancelling what is still
+// running after DrainTimeout.
+func (w *Worker) drain() {
+	w.mu.Lock()
+	w.draining = true
+	w.mu.Unlock()
+	w.ctrl.drain()
+	done := make(chan struct{})
+	go func() { // owned here: ends when the handlers do, and we wait for it
+		w.running.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(w.opts.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	w.log.Warn("drain timeout: cancelling running calls")
+	w.mu.Lock()
+	for _, e := range w.calls {
+		e.shutdown()
+	}
+	w.mu.Unlock()
+	<-done
+}
+
+// Close stops the worker as if Run's context ended and waits for Run to
+// return. It is idempotent and safe to call concurrently.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	stop := w.stop
+	w.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	<-w.runDone
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sanitizeName(s string) string {
+	out := []byte{}
+	for i := 0; i < len(s) && len(out) < 100; i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return "worker"
+	}
+	return string(out)
+}
