@@ -247,6 +247,11 @@ func (s *Server) register(ctx context.Context, info *workerInfo, prev clientv3.L
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
+	if cur, err := s.cli.Get(octx, wk, clientv3.WithKeysOnly()); err != nil {
+		return 0, false, etcdErr(octx, "register worker", err)
+	} else if len(cur.Kvs) > 0 {
+		return 0, false, fmt.Errorf("%w: %q", ErrWorkerNameInUse, info.Name)
+	}
 	g, err := s.cli.Grant(octx, int64(max(time.Second, s.opts.LeaseTTL)/time.Second))
 	if err != nil {
 		return 0, false, etcdErr(octx, "grant worker lease", err)

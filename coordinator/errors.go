@@ -88,4 +88,3 @@ func etcdErr(ctx context.Context, op string, err error) error {
 	}
 	return fmt.Errorf("%w: %s: %v", ErrEtcd, op, err)
 }
-

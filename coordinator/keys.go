@@ -32,7 +32,7 @@ const (
 //	janitor/                    the janitor's election
 type keys struct{ prefix string }
 
-func (k keys) workers() string               { return k.prefix + "workers/" }
+func (k keys) workers() string                { return k.prefix + "workers/" }
 func (k keys) worker(name string) string      { return k.prefix + "workers/" + name }
 func (k keys) call(id string) string          { return k.prefix + "calls/" + id }
 func (k keys) owners() string                 { return k.prefix + "owners/" }

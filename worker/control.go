@@ -19,14 +19,15 @@ const maxPendingStops = 65536
 type control struct {
 	w *Worker
 
-	mu       sync.Mutex
-	stream   pb.CoordinatorService_AttachClient // nil while detached
-	lease    int64
-	pending  []*pb.HandlerStopped
-	draining bool
-	wake     chan struct{} // something to send
-	attached chan struct{} // closed on the first successful attach
-	once     sync.Once
+	mu          sync.Mutex
+	stream      pb.CoordinatorService_AttachClient // nil while detached
+	lease       int64
+	coordinator string
+	pending     []*pb.HandlerStopped
+	draining    bool
+	wake        chan struct{} // something to send
+	attached    chan struct{} // closed on the first successful attach
+	once        sync.Once
 }
 
 func newControl(w *Worker) *control {
@@ -87,6 +88,7 @@ func (c *control) session(ctx context.Context) error {
 	had := c.lease
 	c.lease = att.GetLeaseId()
 	c.stream = stream
+	c.coordinator = att.GetCoordinator()
 	draining := c.draining
 	c.mu.Unlock()
 	if had != 0 && !att.GetAdopted() {
@@ -219,4 +221,26 @@ func (c *control) detach() {
 	c.pending = nil
 	c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Detach{Detach: &pb.Detach{}}})
 	c.stream.CloseSend()
+}
+
+// Status is what a worker knows of its attachment.
+type Status struct {
+	// Coordinator names the replica holding the control stream; empty while
+	// detached.
+	Coordinator string
+	// Lease is the worker's etcd lease, kept across re-attaches while it
+	// lives.
+	Lease int64
+}
+
+// Status reports the worker's attachment.
+func (w *Worker) Status() Status {
+	c := w.ctrl
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Status{Lease: c.lease}
+	if c.stream != nil {
+		st.Coordinator = c.coordinator
+	}
+	return st
 }

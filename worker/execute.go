@@ -42,11 +42,11 @@ type execution struct {
 
 	sendMu sync.Mutex // held across stream.Send, taken before mu
 
-	mu       sync.Mutex
-	state    int
-	order    *pb.StopCall // why the coordinator stopped the call
-	last     float64      // last progress sent
-	anySent  bool
+	mu      sync.Mutex
+	state   int
+	order   *pb.StopCall // why the coordinator stopped the call
+	last    float64      // last progress sent
+	anySent bool
 }
 
 // Execute implements WorkerService.Execute.

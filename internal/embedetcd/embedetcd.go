@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -48,6 +49,7 @@ type Member struct {
 	name      string
 	clientURL string
 	peerURL   string
+	closeOnce sync.Once
 }
 
 // Start starts a member and waits until it serves clients.
@@ -124,7 +126,7 @@ func (m *Member) PeerURL() string { return m.peerURL }
 func (m *Member) Name() string { return m.name }
 
 // Close stops the member and waits for it to stop. It is idempotent.
-func (m *Member) Close() { m.Etcd.Close() }
+func (m *Member) Close() { m.closeOnce.Do(m.Etcd.Close) }
 
 // FreeAddrs reserves n distinct free loopback TCP addresses. The ports are
 // released before return, so another process could take one; tests that

@@ -17,9 +17,7 @@ import (
 // Cluster is a set of embedded etcd members started for one test.
 type Cluster struct {
 	Members []*embedetcd.Member
-	// Fsync says whether members fsync (benchmarks want it; tests of logic
-	// do not).
-	t testing.TB
+	t       testing.TB
 }
 
 // Options tunes a test cluster.
@@ -106,10 +104,8 @@ func (c *Cluster) Client() *clientv3.Client {
 // Leader returns the index of the member that is the Raft leader, or -1.
 func (c *Cluster) Leader() int {
 	for i, m := range c.Members {
-		if m.Etcd.Server.Leader() == m.Etcd.Server.MemberID() && m.Etcd.Server.IsLearner() == false {
-			if uint64(m.Etcd.Server.Lead()) == uint64(m.Etcd.Server.MemberID()) {
-				return i
-			}
+		if m.Etcd.Server.Leader() == m.Etcd.Server.MemberID() {
+			return i
 		}
 	}
 	return -1

@@ -1,0 +1,254 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/worker"
+)
+
+// Begin on one replica, Cancel on the other, the worker attached to either:
+// the cancel reaches the handler through etcd and the worker's replica.
+func TestCancelAcrossReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		workerOn, beginOn, cancelOn int
+	}{
+		{0, 0, 1}, {0, 1, 1}, {1, 0, 1}, {1, 1, 0},
+	} {
+		t.Run(fmt.Sprintf("worker@%d begin@%d cancel@%d", tc.workerOn, tc.beginOn, tc.cancelOn), func(t *testing.T) {
+			e := newEnv(t, envOptions{replicas: 2, workerTo: []int{tc.workerOn}})
+			clients := []pb.CoordinatorServiceClient{e.coords[0].Client(t), e.coords[1].Client(t)}
+			waitTools(t, clients[1], "hold")
+			k := key("session:x", num(1))
+			b := e.begin(t, clients[tc.beginOn], k, "hold")
+			s := e.execute(t, b, "hold", `{}`)
+			h := e.hold.next(t)
+			if got := e.cancel(t, clients[tc.cancelOn], k, "stop"); got != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+				t.Fatalf("cancel = %v", got)
+			}
+			waitDone(t, h)
+			if ev := s.final(t); ev.GetCancelled() == nil {
+				t.Fatalf("final = %v, want cancelled", ev)
+			}
+			if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 || got[0] != "cancelled" {
+				t.Fatalf("audit = %v", got)
+			}
+		})
+	}
+}
+
+// fakeWorker attaches over the real control stream and can vanish without
+// detaching, as a killed process does.
+type fakeWorker struct {
+	stream pb.CoordinatorService_AttachClient
+	kill   context.CancelFunc
+}
+
+func attachFake(t *testing.T, c pb.CoordinatorServiceClient, name, tool string) *fakeWorker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	s, err := c.Attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: &pb.WorkerHello{
+		Name: name, Address: "127.0.0.1:9", Tools: []*pb.Tool{{Name: tool}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Recv()
+	if err != nil || m.GetAttached() == nil {
+		t.Fatalf("attach: %v %v", m, err)
+	}
+	waitTools(t, c, tool)
+	return &fakeWorker{stream: s, kill: cancel}
+}
+
+// A worker killed without cleanup mid-call: the call is FAILED within the
+// lease TTL, audited once, and a late Complete from it loses.
+func TestWorkerLostFailsItsCalls(t *testing.T) {
+	const ttl = time.Second
+	e := newEnv(t, envOptions{coord: coordinator.Options{LeaseTTL: ttl}})
+	fw := attachFake(t, e.c, "doomed", "ghost")
+	b := e.begin(t, e.c, key("conn:a", num(1)), "ghost")
+	if b.Worker != "doomed" {
+		t.Fatalf("placed on %s", b.Worker)
+	}
+	watch, err := e.c.WatchAudit(t.Context(), &pb.WatchAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	fw.kill()
+	rec, err := watch.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(killed)
+	if rec.Record.CallId != b.CallId || rec.Record.Outcome != "failed" || rec.Record.Initiator != pb.Initiator_INITIATOR_WORKER_LOST {
+		t.Fatalf("audit = %v", rec.Record)
+	}
+	// The lease expires TTL after its last renewal; the janitor reacts to
+	// the expiry at once. Allow one more TTL for etcd's expiry scan.
+	if elapsed > 3*ttl {
+		t.Fatalf("failed %v after the kill; the lease TTL is %v", elapsed, ttl)
+	}
+	late, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: "doomed"}})
+	if err != nil || late.Result != pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED {
+		t.Fatalf("late complete = %v, %v; want ALREADY_FAILED", late, err)
+	}
+	if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 {
+		t.Fatalf("audit = %v", got)
+	}
+	ownersLeft(t, e.cli, "doomed", 0)
+	t.Logf("failed %v after the kill (TTL %v)", elapsed, ttl)
+}
+
+// A worker cut off from its gateway: the gateway's Fail wins, the worker's
+// late Complete loses, and the worker is told to stop.
+func TestLateCompleteLosesToFail(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	fw := attachFake(t, e.c, "cutoff", "ghost")
+	b := e.begin(t, e.c, key("conn:a", num(1)), "ghost")
+	ref := &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}
+	f, err := e.c.Fail(t.Context(), &pb.FailRequest{Call: ref, Initiator: pb.Initiator_INITIATOR_WORKER_LOST, Reason: "execute stream lost"})
+	if err != nil || f.Result != pb.SettleResult_SETTLE_RESULT_WON {
+		t.Fatalf("fail = %v, %v", f, err)
+	}
+	m, err := fw.stream.Recv()
+	if err != nil || m.GetStop().GetCallId() != b.CallId || m.GetStop().GetState() != pb.CallState_CALL_STATE_FAILED {
+		t.Fatalf("stop order = %v, %v", m, err)
+	}
+	c, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: ref})
+	if err != nil || c.Result != pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED {
+		t.Fatalf("late complete = %v, %v", c, err)
+	}
+	if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 || got[0] != "failed" {
+		t.Fatalf("audit = %v", got)
+	}
+}
+
+// A coordinator replica stopped mid-call: the worker re-attaches to the
+// other replica with the same lease, and the call still settles once.
+func TestCoordinatorReplicaLost(t *testing.T) {
+	for _, ending := range []string{"complete", "cancel"} {
+		t.Run(ending, func(t *testing.T) {
+			e := newEnv(t, envOptions{replicas: 2})
+			st := e.w.Status()
+			lost := map[string]int{"a": 0, "b": 1}[st.Coordinator]
+			survivor := 1 - lost
+			c := e.coords[survivor].Client(t)
+			waitTools(t, c, "hold")
+			k := key("session:x", num(1))
+			b := e.begin(t, c, k, "hold")
+			s := e.execute(t, b, "hold", `{}`)
+			h := e.hold.next(t)
+
+			e.coords[lost].Stop()
+			waitFor(t, "re-attach", func() bool { return e.w.Status().Coordinator == []string{"a", "b"}[survivor] })
+			if got := e.w.Status().Lease; got != st.Lease {
+				t.Fatalf("lease %x after re-attach, want adopted %x", got, st.Lease)
+			}
+			if ending == "cancel" {
+				if got := e.cancel(t, c, k, "stop"); got != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+					t.Fatalf("cancel = %v", got)
+				}
+				waitDone(t, h)
+				if ev := s.final(t); ev.GetCancelled() == nil {
+					t.Fatalf("final = %v", ev)
+				}
+			} else {
+				h.release <- worker.Text("ok")
+				if ev := s.final(t); ev.GetResult() == nil {
+					t.Fatalf("final = %v", ev)
+				}
+			}
+			if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 {
+				t.Fatalf("audit = %v", got)
+			}
+		})
+	}
+}
+
+// A 3-member etcd cluster loses its leader mid-run: every call in flight
+// still settles exactly once.
+func TestEtcdLeaderLost(t *testing.T) {
+	cl := etcdtest.Start(t, 3, etcdtest.Options{})
+	e := newEnv(t, envOptions{etcd: cl})
+	const n = 10
+	type call struct {
+		b *pb.BeginResponse
+		k *pb.CallKey
+		s *execStream
+		h *held
+	}
+	var calls []call
+	for i := range n {
+		k := key("conn:a", num(int64(i)))
+		b := e.begin(t, e.c, k, "hold")
+		s := e.execute(t, b, "hold", `{}`)
+		calls = append(calls, call{b, k, s, e.hold.next(t)})
+	}
+	leader := cl.Leader()
+	if leader < 0 {
+		t.Fatal("no leader")
+	}
+	stopped := time.Now()
+	cl.Members[leader].Close()
+	t.Logf("leader stopped in %v", time.Since(stopped))
+	defer func() { t.Logf("settled %v after the leader stopped", time.Since(stopped)) }()
+	for i, c := range calls {
+		if i%2 == 0 {
+			c.h.release <- worker.Text("ok")
+			if ev := c.s.final(t); ev.GetResult() == nil {
+				t.Fatalf("call %d final = %v", i, ev)
+			}
+			continue
+		}
+		if got := e.cancel(t, e.c, c.k, "stop"); got != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+			t.Fatalf("cancel %d = %v", i, got)
+		}
+		if ev := c.s.final(t); ev.GetCancelled() == nil {
+			t.Fatalf("call %d final = %v", i, ev)
+		}
+	}
+	all := auditsFrom(t, e.cli)
+	for i, c := range calls {
+		want := []string{"completed", "cancelled"}[i%2]
+		if got := outcomes(all[c.b.CallId]); len(got) != 1 || got[0] != want {
+			t.Fatalf("call %d audit = %v, want [%s]", i, got, want)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func ownersLeft(t *testing.T, cli *clientv3.Client, worker string, want int64) {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), prefix+"owners/"+worker+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != want {
+		t.Fatalf("%d owner keys left for %s, want %d", resp.Count, worker, want)
+	}
+}
