@@ -127,7 +127,10 @@ type stopBatcher struct {
 	in chan stopReport
 }
 
-const maxStopBatch = 128
+const (
+	maxStopBatch   = 128
+	stopFlushDelay = 100 * time.Millisecond
+)
 
 func newStopBatcher(s *Server) *stopBatcher {
 	return &stopBatcher{s: s, in: make(chan stopReport, 4096)}
@@ -149,19 +152,29 @@ func (b *stopBatcher) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	fill:
-		for len(batch) < maxStopBatch {
-			select {
-			case r := <-b.in:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
+		batch = b.fill(ctx, batch)
 		if err := b.flush(ctx, batch); err != nil && ctx.Err() == nil {
 			b.s.log.Warn("recording handler stops", "n", len(batch), "err", err)
 		}
 	}
+}
+
+// fill collects reports for up to stopFlushDelay after the first, so that
+// stop records cost a fraction of a commit per call.
+func (b *stopBatcher) fill(ctx context.Context, batch []stopReport) []stopReport {
+	t := time.NewTimer(stopFlushDelay)
+	defer t.Stop()
+	for len(batch) < maxStopBatch {
+		select {
+		case r := <-b.in:
+			batch = append(batch, r)
+		case <-t.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
 }
 
 // flush reads the batch's calls and audit records, then in one transaction

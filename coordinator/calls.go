@@ -113,7 +113,9 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 	).Then(
 		clientv3.OpPut(s.keys.call(rec.CallID), encode(rec), clientv3.WithLease(lease)),
-		clientv3.OpPut(idx, rec.CallID, clientv3.WithLease(lease)),
+		// The index holds the record as begun, so a cancel resolves it
+		// in one read; the fence (its revision) proves it still current.
+		clientv3.OpPut(idx, encode(rec), clientv3.WithLease(lease)),
 		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
 	).Else(
 		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
@@ -141,7 +143,11 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 // reusable checks that the call an index entry points at has settled, so
 // the client may reuse its request id, and returns the entry's revision.
 func (s *Server) reusable(ctx context.Context, idx *mvccpb.KeyValue) (int64, error) {
-	rec, _, err := s.getCall(ctx, string(idx.Value))
+	begun, err := decode[callRecord]("index", idx.Value)
+	if err != nil {
+		return 0, err
+	}
+	rec, _, err := s.getCall(ctx, begun.CallID)
 	if errors.Is(err, ErrUnknownCall) {
 		return idx.ModRevision, nil
 	}
@@ -169,18 +175,25 @@ func (s *Server) getCall(ctx context.Context, id string) (*callRecord, *mvccpb.K
 	return rec, resp.Kvs[0], err
 }
 
-// resolve finds the call a client names in its scope.
-func (s *Server) resolve(ctx context.Context, key *pb.CallKey) (*callRecord, *mvccpb.KeyValue, error) {
-	octx, cancel := s.opCtx(ctx)
+// resolve finds the call a client names in its scope, in one read. It
+// returns the record as begun, with a version of the call key that is
+// current only if the call is still running; settle finds out which.
+func (s *Server) resolve(ctx context.Context, key *pb.CallKey, opts ...clientv3.OpOption) (*callRecord, *mvccpb.KeyValue, error) {
+	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.keys.index(key))
+	resp, err := s.cli.Get(ctx, s.keys.index(key), opts...)
 	if err != nil {
-		return nil, nil, etcdErr(octx, "resolve", err)
+		return nil, nil, etcdErr(ctx, "resolve", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, nil, ErrUnknownCall
 	}
-	return s.getCall(ctx, string(resp.Kvs[0].Value))
+	idx := resp.Kvs[0]
+	rec, err := decode[callRecord]("index", idx.Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: idx.ModRevision, ModRevision: idx.ModRevision}, nil
 }
 
 // Cancel implements CoordinatorService.Cancel.
@@ -198,39 +211,65 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	if d.initiator == "" {
 		return nil, invalid("initiator is required")
 	}
-	var rec *callRecord
-	var kv *mvccpb.KeyValue
-	var err error
 	switch t := req.GetTarget().(type) {
 	case *pb.CancelRequest_Key:
-		if err := validateCallKey(t.Key); err != nil {
+		return s.cancelKey(ctx, t.Key, req.GetPrincipal(), d)
+	case *pb.CancelRequest_Call:
+		rec, kv, err := s.ownedCall(ctx, t.Call)
+		if errors.Is(err, ErrUnknownCall) {
+			return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
+		}
+		if err != nil {
 			return nil, err
 		}
-		rec, kv, err = s.resolve(ctx, t.Key)
-		if err == nil && req.GetPrincipal() != "" && rec.Principal != req.GetPrincipal() {
-			err = ErrUnknownCall // another principal's call is not in this caller's reach
-		}
-		if err == nil && rec.Scope != t.Key.GetScope() {
-			err = ErrUnknownCall
-		}
-		d.late = true
-	case *pb.CancelRequest_Call:
-		rec, kv, err = s.ownedCall(ctx, t.Call)
 		d.stoppedAt = optTime(req.GetStoppedAt())
+		state, err := s.settle(ctx, rec, kv, d)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.CancelResponse{Result: cancelResults[state], CallId: rec.CallID}, nil
 	default:
 		return nil, invalid("cancel needs a key or a call")
 	}
+}
+
+// cancelKey cancels the call a client names. The common case, a cancel for
+// a running call, costs one serializable read and one transaction: the
+// transaction's fence check makes a stale read harmless. Anything else is
+// re-read linearizably before it is answered, so a lagging member can
+// neither hide a call nor pass off an earlier call that used the same id.
+func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal string, d decision) (*pb.CancelResponse, error) {
+	if err := validateCallKey(key); err != nil {
+		return nil, err
+	}
+	state, id, err := s.cancelResolved(ctx, key, principal, d, clientv3.WithSerializable())
+	if err == nil && state == won {
+		return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
+	}
+	if err != nil && !errors.Is(err, ErrUnknownCall) {
+		return nil, err
+	}
+	d.late = true
+	state, id, err = s.cancelResolved(ctx, key, principal, d)
 	if errors.Is(err, ErrUnknownCall) {
 		return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	state, err := s.settle(ctx, rec, kv, d)
+	return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
+}
+
+func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, opts ...clientv3.OpOption) (settled, string, error) {
+	rec, kv, err := s.resolve(ctx, key, opts...)
 	if err != nil {
-		return nil, err
+		return 0, "", err
 	}
-	return &pb.CancelResponse{Result: cancelResults[state], CallId: rec.CallID}, nil
+	if (principal != "" && rec.Principal != principal) || rec.Scope != key.GetScope() {
+		return 0, "", ErrUnknownCall // another principal's call is not in this caller's reach
+	}
+	state, err := s.settle(ctx, rec, kv, d)
+	return state, rec.CallID, err
 }
 
 var cancelResults = map[settled]pb.CancelResult{
@@ -353,21 +392,23 @@ func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValu
 			}
 			return lostTo[rec.State], nil
 		}
-		done, err := s.settleTxn(ctx, rec, kv, d)
-		if err != nil || done {
+		cur, err := s.settleTxn(ctx, rec, kv, d)
+		if err != nil || cur == nil {
 			return won, err
 		}
-		if rec, kv, err = s.getCall(ctx, rec.CallID); err != nil {
+		if rec, err = decode[callRecord]("call", cur.Value); err != nil {
 			return 0, err
 		}
+		kv = cur
 	}
 	return 0, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
 }
 
-func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (bool, error) {
+// settleTxn returns nil if the decision won, else the call as it is now.
+func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (*mvccpb.KeyValue, error) {
 	lease, err := s.retention.lease(ctx)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	now := s.now()
 	next := *rec
@@ -386,17 +427,26 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
 		clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, d.stoppedAt)), clientv3.WithLease(lease)),
 		ownerOp,
+	).Else(
+		clientv3.OpGet(string(kv.Key)),
 	).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.retention.forget(lease)
 		}
-		return false, etcdErr(ctx, "settle", err)
+		return nil, etcdErr(ctx, "settle", err)
 	}
-	if resp.Succeeded && (d.stoppedAt != nil || d.ownerGone) {
+	if !resp.Succeeded {
+		cur := resp.Responses[0].GetResponseRange().Kvs
+		if len(cur) == 0 {
+			return nil, fmt.Errorf("%w: call %s", ErrUnknownCall, rec.CallID)
+		}
+		return cur[0], nil
+	}
+	if d.stoppedAt != nil || d.ownerGone {
 		s.view.removeOwner(rec.Worker, rec.CallID)
 	}
-	return resp.Succeeded, nil
+	return nil, nil
 }
 
 // recordLost writes the single cancel_lost audit record of a call.
@@ -439,7 +489,9 @@ func (s *Server) GetCall(ctx context.Context, req *pb.GetCallRequest) (*pb.GetCa
 		if err := validateCallKey(t.Key); err != nil {
 			return nil, toStatus(err)
 		}
-		rec, kv, err = s.resolve(ctx, t.Key)
+		if rec, _, err = s.resolve(ctx, t.Key); err == nil {
+			rec, kv, err = s.getCall(ctx, rec.CallID)
+		}
 	default:
 		return nil, toStatus(invalid("get call needs a call id or a key"))
 	}
