@@ -252,3 +252,17 @@ func ownersLeft(t *testing.T, cli *clientv3.Client, worker string, want int64) {
 		t.Fatalf("%d owner keys left for %s, want %d", resp.Count, worker, want)
 	}
 }
+
+// A worker that shuts down drains, then detaches: its lease is revoked at
+// once rather than left to expire, so no new call is placed on it.
+func TestWorkerCloseRevokesLease(t *testing.T) {
+	e := newEnv(t, envOptions{coord: coordinator.Options{LeaseTTL: time.Minute}})
+	e.w.Stop()
+	resp, err := e.cli.Get(t.Context(), prefix+"workers/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Fatalf("%d worker keys left after Close; the lease was not revoked", resp.Count)
+	}
+}

@@ -25,6 +25,7 @@ type control struct {
 	coordinator string
 	pending     []*pb.HandlerStopped
 	draining    bool
+	detaching   bool
 	wake        chan struct{} // something to send
 	attached    chan struct{} // closed on the first successful attach
 	once        sync.Once
@@ -44,7 +45,7 @@ func (c *control) run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := c.session(ctx)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || c.isDetaching() {
 			break
 		}
 		c.w.log.Warn("control stream ended; re-attaching", "err", err)
@@ -208,12 +209,15 @@ func (c *control) toolsChanged() {
 	}
 }
 
-// detach flushes stop reports and revokes the lease, best effort.
-func (c *control) detach() {
+// detach flushes stop reports and asks the coordinator to revoke the
+// lease. It reports whether a stream was there to ask; run then returns
+// when the coordinator closes it.
+func (c *control) detach() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.detaching = true
 	if c.stream == nil {
-		return
+		return false
 	}
 	for _, r := range c.pending {
 		c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Stopped{Stopped: r}})
@@ -221,6 +225,13 @@ func (c *control) detach() {
 	c.pending = nil
 	c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Detach{Detach: &pb.Detach{}}})
 	c.stream.CloseSend()
+	return true
+}
+
+func (c *control) isDetaching() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.detaching
 }
 
 // Status is what a worker knows of its attachment.

@@ -29,6 +29,9 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 )
 
+// detachTimeout bounds the wait for the coordinator to revoke the lease.
+const detachTimeout = 5 * time.Second
+
 // ErrClosed means the worker is shutting down or has shut down.
 var ErrClosed = errors.New("worker: closed")
 
@@ -192,14 +195,27 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	w.mu.Unlock()
 	ctrlCtx, stopCtrl := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCtrl()
+	ctrlDone := make(chan struct{})
 	var g errgroup.Group
 	g.Go(func() error { return srv.Serve(lis) })
-	g.Go(func() error { return w.ctrl.run(ctrlCtx) })
+	g.Go(func() error {
+		defer close(ctrlDone)
+		return w.ctrl.run(ctrlCtx)
+	})
 
 	<-ctx.Done()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	w.drain()
-	w.ctrl.detach()
+	if w.ctrl.detach() {
+		// The coordinator ends the stream once it has revoked the lease.
+		t := time.NewTimer(detachTimeout)
+		select {
+		case <-ctrlDone:
+		case <-t.C:
+			w.log.Warn("coordinator did not confirm the detach; the lease will expire on its own")
+		}
+		t.Stop()
+	}
 	stopCtrl()
 	srv.GracefulStop()
 	err = g.Wait()

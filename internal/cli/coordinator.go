@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
+)
+
+// ErrNoEtcd means --etcd named no endpoint.
+var ErrNoEtcd = errors.New("no etcd endpoint: pass --etcd http://HOST:PORT[,...]")
+
+const aboutCoordinator = `Runs one coordinator replica: the gRPC control plane that decides, in
+etcd, whether each call completed, was cancelled or failed. Run as many
+replicas as you like against the same etcd and prefix; each can serve every
+request. On SIGINT or SIGTERM it stops serving gracefully.`
+
+type coordinatorFlags struct {
+	listen, etcd, prefix, name string
+	embedDir                   string
+	leaseTTL, retention, grace time.Duration
+	logLevel                   *slog.Level
+}
+
+func parseCoordinatorFlags(s streams, args []string) (*coordinatorFlags, error) {
+	o := &coordinatorFlags{}
+	f := newFlags(s, "coordinator", aboutCoordinator)
+	f.fs.StringVar(&o.listen, "listen", "127.0.0.1:7801", "`HOST:PORT` to serve gRPC on (port 0 picks a free one)")
+	f.fs.StringVar(&o.etcd, "etcd", "http://127.0.0.1:2379", "etcd client `URLs`, comma-separated")
+	f.fs.StringVar(&o.embedDir, "embed-etcd", "", "run a single-member etcd inside this process with its data in `DIR`, instead of --etcd (for trying it out)")
+	f.fs.StringVar(&o.prefix, "prefix", "/mcpcancel/v1/", "`prefix` of every etcd key")
+	f.fs.StringVar(&o.name, "name", "", "this replica's `name` in logs (default: generated)")
+	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL: a worker gone this long has its calls failed")
+	f.fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long settled calls and audit records are kept")
+	f.fs.DurationVar(&o.grace, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take before open streams are cut")
+	o.logLevel = f.logLevel()
+	if err := f.parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.check()
+}
+
+func (o *coordinatorFlags) check() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"lease-ttl", o.leaseTTL}, {"retention", o.retention}, {"shutdown-timeout", o.grace}} {
+		if d.v <= 0 {
+			return usageError{fmt.Errorf("--%s must be positive, not %v", d.flag, d.v)}
+		}
+	}
+	return nil
+}
+
+func (o *coordinatorFlags) endpoints() ([]string, error) {
+	var eps []string
+	for _, e := range strings.Split(o.etcd, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, usageError{ErrNoEtcd}
+	}
+	return eps, nil
+}
+
+func runCoordinator(ctx context.Context, s streams, args []string) error {
+	o, err := parseCoordinatorFlags(s, args)
+	if err != nil {
+		return err
+	}
+	eps, err := o.endpoints()
+	if err != nil {
+		return err
+	}
+	if o.embedDir != "" {
+		m, err := embedetcd.Start(ctx, embedetcd.Options{Dir: o.embedDir})
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		eps = []string{m.ClientURL()}
+		o.etcd = m.ClientURL()
+		fmt.Fprintf(s.stderr, "etcd: %s (embedded, data in %s)\n", m.ClientURL(), o.embedDir)
+	}
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.stderr, "coordinator: %s\n", lis.Addr())
+	srv := coordinator.New(coordinator.Options{
+		Client: etcd, Prefix: o.prefix, Name: o.name, LeaseTTL: o.leaseTTL, Retention: o.retention,
+		Logger: newLogger(s.stderr, *o.logLevel),
+	})
+	return serveCoordinator(ctx, srv, lis, o.grace, o.etcd)
+}
+
+// serveCoordinator runs srv and its gRPC server on lis until ctx is done,
+// then stops both: Run closes the workers' control streams while gRPC
+// finishes the calls in flight, for at most grace.
+func serveCoordinator(ctx context.Context, srv *coordinator.Server, lis net.Listener, grace time.Duration, etcdURLs string) error {
+	gs := grpc.NewServer()
+	pb.RegisterCoordinatorServiceServer(gs, srv)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthgrpc.RegisterHealthServer(gs, hs)
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return runReplica(ctx, srv, etcdURLs) })
+	g.Go(func() error { return gs.Serve(lis) })
+	g.Go(func() error {
+		reportReady(ctx, hs, srv.Ready())
+		<-ctx.Done()
+		hs.Shutdown()
+		stopGRPC(gs, grace)
+		return nil
+	})
+	return g.Wait()
+}
+
+// runReplica runs srv until ctx is done. A replica that stops before it
+// was ready could not read its state from etcd; one stopped by ctx while
+// starting has nothing to report.
+func runReplica(ctx context.Context, srv *coordinator.Server, etcdURLs string) error {
+	err := srv.Run(ctx)
+	select {
+	case <-srv.Ready():
+		return err
+	default:
+	}
+	if err == nil || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("cannot read the coordinator's state from etcd at %s: %w", etcdURLs, err)
+}
+
+// reportReady marks the server SERVING once ready is closed, unless ctx
+// ends first.
+func reportReady(ctx context.Context, hs *health.Server, ready <-chan struct{}) {
+	select {
+	case <-ready:
+		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		hs.SetServingStatus(pb.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	case <-ctx.Done():
+	}
+}
+
+// stopGRPC stops gs gracefully, and at once when that takes over grace.
+func stopGRPC(gs *grpc.Server, grace time.Duration) {
+	stopped := make(chan struct{})
+	go func() { // owned here: Stop below makes GracefulStop return
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		gs.Stop()
+		<-stopped
+	}
+}

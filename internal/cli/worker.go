@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+// ErrNoTools means the worker was given no tools to serve.
+var ErrNoTools = errors.New("no tools: pass --demo (upstream servers come later)")
+
+const aboutWorker = `Runs a worker: it attaches to a coordinator, offers its tools there and
+runs the calls gateways send it. --demo serves the demo tools sleep, echo
+and spin. On SIGINT or SIGTERM it stops taking calls, waits up to
+--drain-timeout for running ones (cancelling the rest) and detaches.`
+
+type workerFlags struct {
+	coordinator, listen, advertise, name string
+	demo                                 bool
+	capacity                             int
+	drain                                time.Duration
+	logLevel                             *slog.Level
+}
+
+func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
+	o := &workerFlags{}
+	f := newFlags(s, "worker", aboutWorker)
+	f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
+	f.fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "`HOST:PORT` to serve Execute on (port 0 picks a free one)")
+	f.fs.StringVar(&o.advertise, "advertise", "", "`HOST:PORT` gateways dial to reach this worker (default: the listen address)")
+	f.fs.StringVar(&o.name, "name", "", "worker `name`, unique among live workers (default: host name and a random suffix)")
+	f.fs.BoolVar(&o.demo, "demo", false, "serve the demo tools sleep, echo and spin")
+	f.fs.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
+	f.fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
+	o.logLevel = f.logLevel()
+	if err := f.parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.check()
+}
+
+func (o *workerFlags) check() error {
+	switch {
+	case !o.demo:
+		return usageError{ErrNoTools}
+	case o.advertise == "" && everyInterface(o.listen):
+		return usageError{fmt.Errorf("--listen %s takes every interface: pass --advertise HOST:PORT, the address gateways dial", o.listen)}
+	case o.coordinator == "":
+		return usageError{errors.New("no coordinator: pass --coordinator HOST:PORT")}
+	case o.capacity < 0:
+		return usageError{fmt.Errorf("--capacity must not be negative, not %d", o.capacity)}
+	case o.drain <= 0:
+		return usageError{fmt.Errorf("--drain-timeout must be positive, not %v", o.drain)}
+	}
+	return nil
+}
+
+// everyInterface says whether addr listens on the unspecified address,
+// which is no address to advertise.
+func everyInterface(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && (host == "" || net.ParseIP(host).IsUnspecified())
+}
+
+func runWorker(ctx context.Context, s streams, args []string) error {
+	o, err := parseWorkerFlags(s, args)
+	if err != nil {
+		return err
+	}
+	w := worker.New(worker.Options{
+		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
+		Capacity: o.capacity, DrainTimeout: o.drain, Logger: newLogger(s.stderr, *o.logLevel),
+	})
+	if o.demo {
+		demo.Register(w)
+	}
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.stderr, "worker: %s\n", lis.Addr())
+	return w.Run(ctx, lis)
+}
