@@ -70,10 +70,11 @@ type view struct {
 	workers  map[string]*workerEntry
 	owners   map[string]string // call id -> worker
 	inflight map[string]int    // worker -> running handlers
+	changed  chan struct{}     // closed when workers change, then replaced
 }
 
 func newView(s *Server) *view {
-	return &view{s: s, workers: map[string]*workerEntry{}, owners: map[string]string{}, inflight: map[string]int{}}
+	return &view{s: s, workers: map[string]*workerEntry{}, owners: map[string]string{}, inflight: map[string]int{}, changed: make(chan struct{})}
 }
 
 // load reads workers/ and owners/ at one revision.
@@ -96,12 +97,25 @@ func (v *view) load(ctx context.Context) error {
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		v.putWorkerLocked(kv)
 	}
+	v.notifyLocked()
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		if w, id, ok := v.s.keys.parseOwner(string(kv.Key)); ok {
 			v.addOwnerLocked(w, id)
 		}
 	}
 	return nil
+}
+
+// changes returns a channel closed at the next change of workers.
+func (v *view) changes() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.changed
+}
+
+func (v *view) notifyLocked() {
+	close(v.changed)
+	v.changed = make(chan struct{})
 }
 
 func (v *view) putWorkerLocked(kv *mvccpb.KeyValue) {
@@ -148,6 +162,7 @@ func (v *view) forgetWorker(name string, createRev int64) {
 	defer v.mu.Unlock()
 	if e := v.workers[name]; e != nil && e.createRev == createRev {
 		delete(v.workers, name)
+		v.notifyLocked()
 	}
 }
 
@@ -189,6 +204,7 @@ func (v *view) watchWorkers(ctx context.Context) error {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		name := strings.TrimPrefix(string(ev.Kv.Key), v.s.keys.workers())
+		defer v.notifyLocked()
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(v.workers, name)
 			return

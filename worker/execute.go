@@ -210,7 +210,7 @@ func (e *execution) finish(ctx context.Context, res *Result, herr error, stopped
 	switch {
 	case order != nil:
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(order.GetState(), order.GetReason())
+		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
 	case e.stream.Context().Err() != nil:
 		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, "caller gone", stoppedAt)
 	case errors.Is(cause, errShutdown):
@@ -239,7 +239,7 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 	}
 	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(settledState(r.GetResult()), "")
+		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
 	}
 	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: body}}})
 }
@@ -255,9 +255,9 @@ func (e *execution) fail(herr error, stoppedAt time.Time) error {
 	}
 	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(settledState(r.GetResult()), "")
+		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
 	}
-	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, herr.Error())
+	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, pb.Initiator_INITIATOR_TOOL, herr.Error())
 }
 
 // abandon cancels a call the worker stopped on its own account: its caller
@@ -282,7 +282,7 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 	default:
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 	}
-	return e.sendEnd(state, reason)
+	return e.sendEnd(state, who, reason)
 }
 
 func settledState(r pb.SettleResult) pb.CallState {
@@ -297,11 +297,11 @@ func settledState(r pb.SettleResult) pb.CallState {
 }
 
 // sendEnd ends the stream without a result.
-func (e *execution) sendEnd(state pb.CallState, reason string) error {
+func (e *execution) sendEnd(state pb.CallState, who pb.Initiator, reason string) error {
 	if state == pb.CallState_CALL_STATE_FAILED {
 		return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Failed{Failed: &pb.Failed{Reason: reason}}})
 	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Cancelled{Cancelled: &pb.Cancelled{Reason: reason}}})
+	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Cancelled{Cancelled: &pb.Cancelled{Reason: reason, Initiator: who}}})
 }
 
 func (e *execution) send(m *pb.ExecuteResponse) error {

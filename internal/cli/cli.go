@@ -47,6 +47,8 @@ type command struct {
 // commands lists the subcommands (a function, as help refers back to it).
 func commands() []command {
 	return []command{
+		{"dev", "run everything in one process (embedded etcd, coordinator, demo worker, gateway)", runDev},
+		{"gateway", "run a gateway: MCP for clients, over Streamable HTTP or stdio", runGateway},
 		{"coordinator", "run a coordinator replica (the control plane, in front of etcd)", runCoordinator},
 		{"worker", "run a worker that serves tools (--demo: the demo tools)", runWorker},
 		{"version", "print the version", runVersion},

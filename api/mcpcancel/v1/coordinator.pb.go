@@ -1947,6 +1947,559 @@ func (x *WatchAuditResponse) GetRecord() *AuditRecord {
 	return nil
 }
 
+type WatchToolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchToolsRequest) Reset() {
+	*x = WatchToolsRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchToolsRequest) ProtoMessage() {}
+
+func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
+func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+}
+
+type WatchToolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchToolsResponse) Reset() {
+	*x = WatchToolsResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchToolsResponse) ProtoMessage() {}
+
+func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
+func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchToolsResponse) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+type CancelScopeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Scope     string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Initiator Initiator              `protobuf:"varint,2,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	Reason    string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The principal asking; only its calls are cancelled when set.
+	Principal     string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScopeRequest) Reset() {
+	*x = CancelScopeRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScopeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScopeRequest) ProtoMessage() {}
+
+func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
+func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CancelScopeRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *CancelScopeRequest) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *CancelScopeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CancelScopeRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+type CancelScopeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many running calls this request cancelled.
+	Cancelled     int32 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScopeResponse) Reset() {
+	*x = CancelScopeResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScopeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScopeResponse) ProtoMessage() {}
+
+func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
+func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CancelScopeResponse) GetCancelled() int32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+// Session is a 2025-era Streamable HTTP session.
+type Session struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SessionId       string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Principal       string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	ProtocolVersion string                 `protobuf:"bytes,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// The gateway replica that opened it.
+	Gateway       string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Session) Reset() {
+	*x = Session{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Session) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Session) ProtoMessage() {}
+
+func (x *Session) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Session) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Session) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Session) GetProtocolVersion() string {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return ""
+}
+
+func (x *Session) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Session) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type OpenSessionRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// How long the session lives without being closed (default 24h).
+	Ttl           *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionRequest) Reset() {
+	*x = OpenSessionRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionRequest) ProtoMessage() {}
+
+func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
+func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *OpenSessionRequest) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *OpenSessionRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type OpenSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionResponse) Reset() {
+	*x = OpenSessionResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionResponse) ProtoMessage() {}
+
+func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
+func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+type GetSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionRequest) Reset() {
+	*x = GetSessionRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionRequest) ProtoMessage() {}
+
+func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
+func (*GetSessionRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type GetSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionResponse) Reset() {
+	*x = GetSessionResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionResponse) ProtoMessage() {}
+
+func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
+func (*GetSessionResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type CloseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Principal     string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CloseSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CloseSessionRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *CloseSessionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CloseSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cancelled     int32                  `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CloseSessionResponse) GetCancelled() int32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
@@ -2063,7 +2616,41 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11WatchAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"G\n" +
 	"\x12WatchAuditResponse\x121\n" +
-	"\x06record\x18\x01 \x01(\v2\x19.mcpcancel.v1.AuditRecordR\x06record*\xd1\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x19.mcpcancel.v1.AuditRecordR\x06record\"\x13\n" +
+	"\x11WatchToolsRequest\">\n" +
+	"\x12WatchToolsResponse\x12(\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"\x97\x01\n" +
+	"\x12CancelScopeRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x125\n" +
+	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"3\n" +
+	"\x13CancelScopeResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\"\xc6\x01\n" +
+	"\aSession\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12)\n" +
+	"\x10protocol_version\x18\x03 \x01(\tR\x0fprotocolVersion\x12\x18\n" +
+	"\agateway\x18\x04 \x01(\tR\agateway\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"r\n" +
+	"\x12OpenSessionRequest\x12/\n" +
+	"\asession\x18\x01 \x01(\v2\x15.mcpcancel.v1.SessionR\asession\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x15\n" +
+	"\x13OpenSessionResponse\"2\n" +
+	"\x11GetSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"E\n" +
+	"\x12GetSessionResponse\x12/\n" +
+	"\asession\x18\x01 \x01(\v2\x15.mcpcancel.v1.SessionR\asession\"j\n" +
+	"\x13CloseSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"4\n" +
+	"\x14CloseSessionResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\x05R\tcancelled*\xd1\x01\n" +
 	"\fCancelResult\x12\x1d\n" +
 	"\x19CANCEL_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CANCEL_RESULT_CANCELLED\x10\x01\x12#\n" +
@@ -2076,7 +2663,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xf9\x05\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x9c\t\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
@@ -2088,7 +2675,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\aGetCall\x12\x1c.mcpcancel.v1.GetCallRequest\x1a\x1d.mcpcancel.v1.GetCallResponse\x12L\n" +
 	"\tListAudit\x12\x1e.mcpcancel.v1.ListAuditRequest\x1a\x1f.mcpcancel.v1.ListAuditResponse\x12Q\n" +
 	"\n" +
-	"WatchAudit\x12\x1f.mcpcancel.v1.WatchAuditRequest\x1a .mcpcancel.v1.WatchAuditResponse0\x01B\xb2\x01\n" +
+	"WatchAudit\x12\x1f.mcpcancel.v1.WatchAuditRequest\x1a .mcpcancel.v1.WatchAuditResponse0\x01\x12Q\n" +
+	"\n" +
+	"WatchTools\x12\x1f.mcpcancel.v1.WatchToolsRequest\x1a .mcpcancel.v1.WatchToolsResponse0\x01\x12R\n" +
+	"\vCancelScope\x12 .mcpcancel.v1.CancelScopeRequest\x1a!.mcpcancel.v1.CancelScopeResponse\x12R\n" +
+	"\vOpenSession\x12 .mcpcancel.v1.OpenSessionRequest\x1a!.mcpcancel.v1.OpenSessionResponse\x12O\n" +
+	"\n" +
+	"GetSession\x12\x1f.mcpcancel.v1.GetSessionRequest\x1a .mcpcancel.v1.GetSessionResponse\x12U\n" +
+	"\fCloseSession\x12!.mcpcancel.v1.CloseSessionRequest\x1a\".mcpcancel.v1.CloseSessionResponseB\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -2104,7 +2698,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),             // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),             // 1: mcpcancel.v1.SettleResult
@@ -2137,78 +2731,105 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*ListAuditResponse)(nil),     // 28: mcpcancel.v1.ListAuditResponse
 	(*WatchAuditRequest)(nil),     // 29: mcpcancel.v1.WatchAuditRequest
 	(*WatchAuditResponse)(nil),    // 30: mcpcancel.v1.WatchAuditResponse
-	(*CallKey)(nil),               // 31: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
-	(Initiator)(0),                // 34: mcpcancel.v1.Initiator
-	(*Tool)(nil),                  // 35: mcpcancel.v1.Tool
-	(CallState)(0),                // 36: mcpcancel.v1.CallState
-	(*Call)(nil),                  // 37: mcpcancel.v1.Call
-	(*AuditRecord)(nil),           // 38: mcpcancel.v1.AuditRecord
+	(*WatchToolsRequest)(nil),     // 31: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),    // 32: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),    // 33: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),   // 34: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),               // 35: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),    // 36: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 37: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),     // 38: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),    // 39: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),   // 40: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 41: mcpcancel.v1.CloseSessionResponse
+	(*CallKey)(nil),               // 42: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(Initiator)(0),                // 45: mcpcancel.v1.Initiator
+	(*Tool)(nil),                  // 46: mcpcancel.v1.Tool
+	(CallState)(0),                // 47: mcpcancel.v1.CallState
+	(*Call)(nil),                  // 48: mcpcancel.v1.Call
+	(*AuditRecord)(nil),           // 49: mcpcancel.v1.AuditRecord
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	31, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	32, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	33, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	31, // 3: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	42, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	43, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	42, // 3: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	5,  // 4: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	34, // 5: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	33, // 6: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	45, // 5: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 6: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	0,  // 7: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
 	5,  // 8: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	33, // 9: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	44, // 9: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
 	5,  // 11: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	34, // 12: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	33, // 13: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	45, // 12: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 13: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
 	12, // 15: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
 	13, // 16: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
 	14, // 17: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
 	15, // 18: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
 	16, // 19: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	35, // 20: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	33, // 21: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	35, // 22: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	46, // 20: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	44, // 21: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	46, // 22: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
 	18, // 23: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
 	19, // 24: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	32, // 25: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	36, // 26: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	34, // 27: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	43, // 25: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 26: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	45, // 27: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
 	22, // 28: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	35, // 29: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	35, // 30: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	31, // 31: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	37, // 32: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	33, // 33: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	38, // 34: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	33, // 35: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	38, // 36: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	2,  // 37: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 38: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 39: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 40: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 41: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	20, // 42: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	23, // 43: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	25, // 44: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	27, // 45: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	29, // 46: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	3,  // 47: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 48: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 49: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 50: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	17, // 51: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	21, // 52: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	24, // 53: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	26, // 54: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	28, // 55: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	30, // 56: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	47, // [47:57] is the sub-list for method output_type
-	37, // [37:47] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	46, // 29: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	46, // 30: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	42, // 31: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	48, // 32: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	44, // 33: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	49, // 34: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	44, // 35: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	49, // 36: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	46, // 37: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	45, // 38: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 39: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	35, // 40: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	43, // 41: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	35, // 42: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 43: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 44: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 45: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 46: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 47: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	20, // 48: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	23, // 49: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	25, // 50: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	27, // 51: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	29, // 52: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	31, // 53: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	33, // 54: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	36, // 55: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	38, // 56: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	40, // 57: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 58: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 59: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 60: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 61: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	17, // 62: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	21, // 63: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	24, // 64: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	26, // 65: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	28, // 66: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	30, // 67: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	32, // 68: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	34, // 69: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	37, // 70: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	39, // 71: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	41, // 72: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	58, // [58:73] is the sub-list for method output_type
+	43, // [43:58] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -2242,7 +2863,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

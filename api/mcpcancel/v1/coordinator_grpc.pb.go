@@ -19,16 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CoordinatorService_Begin_FullMethodName       = "/mcpcancel.v1.CoordinatorService/Begin"
-	CoordinatorService_Cancel_FullMethodName      = "/mcpcancel.v1.CoordinatorService/Cancel"
-	CoordinatorService_Complete_FullMethodName    = "/mcpcancel.v1.CoordinatorService/Complete"
-	CoordinatorService_Fail_FullMethodName        = "/mcpcancel.v1.CoordinatorService/Fail"
-	CoordinatorService_Attach_FullMethodName      = "/mcpcancel.v1.CoordinatorService/Attach"
-	CoordinatorService_ListWorkers_FullMethodName = "/mcpcancel.v1.CoordinatorService/ListWorkers"
-	CoordinatorService_ListTools_FullMethodName   = "/mcpcancel.v1.CoordinatorService/ListTools"
-	CoordinatorService_GetCall_FullMethodName     = "/mcpcancel.v1.CoordinatorService/GetCall"
-	CoordinatorService_ListAudit_FullMethodName   = "/mcpcancel.v1.CoordinatorService/ListAudit"
-	CoordinatorService_WatchAudit_FullMethodName  = "/mcpcancel.v1.CoordinatorService/WatchAudit"
+	CoordinatorService_Begin_FullMethodName        = "/mcpcancel.v1.CoordinatorService/Begin"
+	CoordinatorService_Cancel_FullMethodName       = "/mcpcancel.v1.CoordinatorService/Cancel"
+	CoordinatorService_Complete_FullMethodName     = "/mcpcancel.v1.CoordinatorService/Complete"
+	CoordinatorService_Fail_FullMethodName         = "/mcpcancel.v1.CoordinatorService/Fail"
+	CoordinatorService_Attach_FullMethodName       = "/mcpcancel.v1.CoordinatorService/Attach"
+	CoordinatorService_ListWorkers_FullMethodName  = "/mcpcancel.v1.CoordinatorService/ListWorkers"
+	CoordinatorService_ListTools_FullMethodName    = "/mcpcancel.v1.CoordinatorService/ListTools"
+	CoordinatorService_GetCall_FullMethodName      = "/mcpcancel.v1.CoordinatorService/GetCall"
+	CoordinatorService_ListAudit_FullMethodName    = "/mcpcancel.v1.CoordinatorService/ListAudit"
+	CoordinatorService_WatchAudit_FullMethodName   = "/mcpcancel.v1.CoordinatorService/WatchAudit"
+	CoordinatorService_WatchTools_FullMethodName   = "/mcpcancel.v1.CoordinatorService/WatchTools"
+	CoordinatorService_CancelScope_FullMethodName  = "/mcpcancel.v1.CoordinatorService/CancelScope"
+	CoordinatorService_OpenSession_FullMethodName  = "/mcpcancel.v1.CoordinatorService/OpenSession"
+	CoordinatorService_GetSession_FullMethodName   = "/mcpcancel.v1.CoordinatorService/GetSession"
+	CoordinatorService_CloseSession_FullMethodName = "/mcpcancel.v1.CoordinatorService/CloseSession"
 )
 
 // CoordinatorServiceClient is the client API for CoordinatorService service.
@@ -64,6 +69,17 @@ type CoordinatorServiceClient interface {
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 	// WatchAudit streams audit records as decisions are made.
 	WatchAudit(ctx context.Context, in *WatchAuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAuditResponse], error)
+	// WatchTools sends the tool list now and again whenever it changes.
+	WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error)
+	// CancelScope cancels every running call of a scope (a client went away).
+	CancelScope(ctx context.Context, in *CancelScopeRequest, opts ...grpc.CallOption) (*CancelScopeResponse, error)
+	// OpenSession records a client session so that every gateway replica can
+	// validate it.
+	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error)
+	// GetSession looks a session up.
+	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
+	// CloseSession forgets a session and cancels its running calls.
+	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 }
 
 type coordinatorServiceClient struct {
@@ -186,6 +202,65 @@ func (c *coordinatorServiceClient) WatchAudit(ctx context.Context, in *WatchAudi
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoordinatorService_WatchAuditClient = grpc.ServerStreamingClient[WatchAuditResponse]
 
+func (c *coordinatorServiceClient) WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[2], CoordinatorService_WatchTools_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchToolsRequest, WatchToolsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_WatchToolsClient = grpc.ServerStreamingClient[WatchToolsResponse]
+
+func (c *coordinatorServiceClient) CancelScope(ctx context.Context, in *CancelScopeRequest, opts ...grpc.CallOption) (*CancelScopeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelScopeResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_CancelScope_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenSessionResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_OpenSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSessionResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_GetSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServiceServer is the server API for CoordinatorService service.
 // All implementations must embed UnimplementedCoordinatorServiceServer
 // for forward compatibility.
@@ -219,6 +294,17 @@ type CoordinatorServiceServer interface {
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	// WatchAudit streams audit records as decisions are made.
 	WatchAudit(*WatchAuditRequest, grpc.ServerStreamingServer[WatchAuditResponse]) error
+	// WatchTools sends the tool list now and again whenever it changes.
+	WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error
+	// CancelScope cancels every running call of a scope (a client went away).
+	CancelScope(context.Context, *CancelScopeRequest) (*CancelScopeResponse, error)
+	// OpenSession records a client session so that every gateway replica can
+	// validate it.
+	OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error)
+	// GetSession looks a session up.
+	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
+	// CloseSession forgets a session and cancels its running calls.
+	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	mustEmbedUnimplementedCoordinatorServiceServer()
 }
 
@@ -258,6 +344,21 @@ func (UnimplementedCoordinatorServiceServer) ListAudit(context.Context, *ListAud
 }
 func (UnimplementedCoordinatorServiceServer) WatchAudit(*WatchAuditRequest, grpc.ServerStreamingServer[WatchAuditResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchAudit not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTools not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) CancelScope(context.Context, *CancelScopeRequest) (*CancelScopeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelScope not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenSession not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSession not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) mustEmbedUnimplementedCoordinatorServiceServer() {}
 func (UnimplementedCoordinatorServiceServer) testEmbeddedByValue()                            {}
@@ -442,6 +543,89 @@ func _CoordinatorService_WatchAudit_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoordinatorService_WatchAuditServer = grpc.ServerStreamingServer[WatchAuditResponse]
 
+func _CoordinatorService_WatchTools_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchToolsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CoordinatorServiceServer).WatchTools(m, &grpc.GenericServerStream[WatchToolsRequest, WatchToolsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_WatchToolsServer = grpc.ServerStreamingServer[WatchToolsResponse]
+
+func _CoordinatorService_CancelScope_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelScopeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).CancelScope(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_CancelScope_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).CancelScope(ctx, req.(*CancelScopeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_OpenSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).OpenSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_OpenSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).OpenSession(ctx, req.(*OpenSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_GetSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).GetSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_GetSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).GetSession(ctx, req.(*GetSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).CloseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_CloseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).CloseSession(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CoordinatorService_ServiceDesc is the grpc.ServiceDesc for CoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -481,6 +665,22 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListAudit",
 			Handler:    _CoordinatorService_ListAudit_Handler,
 		},
+		{
+			MethodName: "CancelScope",
+			Handler:    _CoordinatorService_CancelScope_Handler,
+		},
+		{
+			MethodName: "OpenSession",
+			Handler:    _CoordinatorService_OpenSession_Handler,
+		},
+		{
+			MethodName: "GetSession",
+			Handler:    _CoordinatorService_GetSession_Handler,
+		},
+		{
+			MethodName: "CloseSession",
+			Handler:    _CoordinatorService_CloseSession_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -492,6 +692,11 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchAudit",
 			Handler:       _CoordinatorService_WatchAudit_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTools",
+			Handler:       _CoordinatorService_WatchTools_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -330,8 +330,10 @@ func (x *ExecuteResult) GetResultJson() []byte {
 }
 
 type Cancelled struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who cancelled: a gateway answers a timeout with an error result.
+	Initiator     Initiator `protobuf:"varint,2,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,6 +373,13 @@ func (x *Cancelled) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Cancelled) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
 }
 
 type Failed struct {
@@ -421,7 +430,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x01\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xce\x01\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -441,9 +450,10 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"0\n" +
 	"\rExecuteResult\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\fR\n" +
-	"resultJson\"#\n" +
+	"resultJson\"Z\n" +
 	"\tCancelled\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\" \n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
+	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\" \n" +
 	"\x06Failed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason2Y\n" +
 	"\rWorkerService\x12H\n" +
@@ -471,6 +481,7 @@ var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(*Cancelled)(nil),             // 4: mcpcancel.v1.Cancelled
 	(*Failed)(nil),                // 5: mcpcancel.v1.Failed
 	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(Initiator)(0),                // 7: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
 	6, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
@@ -478,13 +489,14 @@ var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
 	3, // 2: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
 	4, // 3: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
 	5, // 4: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	0, // 5: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	1, // 6: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	7, // 5: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	0, // 6: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	1, // 7: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -492,6 +504,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 	if File_mcpcancel_v1_worker_proto != nil {
 		return
 	}
+	file_mcpcancel_v1_types_proto_init()
 	file_mcpcancel_v1_worker_proto_msgTypes[1].OneofWrappers = []any{
 		(*ExecuteResponse_Progress)(nil),
 		(*ExecuteResponse_Result)(nil),

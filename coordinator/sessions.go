@@ -1,0 +1,280 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// SessionScopePrefix is the scope of a 2025-era HTTP session's calls.
+const SessionScopePrefix = "session:"
+
+// sessionRecord is the value of sessions/<id>.
+type sessionRecord struct {
+	SessionID       string    `json:"session_id"`
+	Principal       string    `json:"principal,omitempty"`
+	ProtocolVersion string    `json:"protocol_version,omitempty"`
+	Gateway         string    `json:"gateway,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+}
+
+func (k keys) session(id string) string { return k.prefix + "sessions/" + id }
+
+func (k keys) indexOf(scope string) string { return k.prefix + "index/" + scope + "/" }
+
+func validateSessionID(id string) error {
+	if len(id) < 16 || len(id) > 128 {
+		return invalid("session id must be 16 to 128 characters")
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return invalid("session id may contain only letters, digits, '-' and '_'")
+		}
+	}
+	return nil
+}
+
+// OpenSession implements CoordinatorService.OpenSession. Sessions live on
+// the retention lease, so one that is never closed is forgotten with the
+// calls it made.
+func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
+	ss := req.GetSession()
+	if err := validateSessionID(ss.GetSessionId()); err != nil {
+		return nil, toStatus(err)
+	}
+	if len(ss.GetPrincipal()) > 2*MaxNameBytes || len(ss.GetProtocolVersion()) > 32 || len(ss.GetGateway()) > MaxNameBytes {
+		return nil, toStatus(invalid("session fields too long"))
+	}
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rec := sessionRecord{
+		SessionID: ss.GetSessionId(), Principal: ss.GetPrincipal(), ProtocolVersion: ss.GetProtocolVersion(),
+		Gateway: ss.GetGateway(), CreatedAt: s.now(),
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	k := s.keys.session(rec.SessionID)
+	resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, encode(&rec), clientv3.WithLease(lease))).Commit()
+	if err != nil {
+		return nil, toStatus(etcdErr(octx, "open session", err))
+	}
+	if !resp.Succeeded {
+		return nil, toStatus(fmt.Errorf("%w: session id already taken", ErrDuplicate))
+	}
+	return &pb.OpenSessionResponse{}, nil
+}
+
+// GetSession implements CoordinatorService.GetSession.
+func (s *Server) GetSession(ctx context.Context, req *pb.GetSessionRequest) (*pb.GetSessionResponse, error) {
+	rec, err := s.getSession(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.GetSessionResponse{Session: &pb.Session{
+		SessionId: rec.SessionID, Principal: rec.Principal, ProtocolVersion: rec.ProtocolVersion,
+		Gateway: rec.Gateway, CreatedAt: timestamppb.New(rec.CreatedAt),
+	}}, nil
+}
+
+func (s *Server) getSession(ctx context.Context, id string) (*sessionRecord, error) {
+	if err := validateSessionID(id); err != nil {
+		return nil, err
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.keys.session(id))
+	if err != nil {
+		return nil, etcdErr(octx, "get session", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: no such session", ErrUnknownCall)
+	}
+	return decode[sessionRecord]("session", resp.Kvs[0].Value)
+}
+
+// CloseSession implements CoordinatorService.CloseSession: the session is
+// forgotten and its running calls, on whichever gateway, are cancelled.
+func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
+	rec, err := s.getSession(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.GetPrincipal() != "" && rec.Principal != req.GetPrincipal() {
+		return nil, toStatus(fmt.Errorf("%w: no such session", ErrUnknownCall))
+	}
+	octx, cancel := s.opCtx(ctx)
+	_, err = s.cli.Delete(octx, s.keys.session(rec.SessionID))
+	cancel()
+	if err != nil {
+		return nil, toStatus(etcdErr(octx, "close session", err))
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "session closed"
+	}
+	n, err := s.cancelScope(ctx, SessionScopePrefix+rec.SessionID, rec.Principal, decision{
+		state: stateCancelled, initiator: "disconnect", reason: SanitizeReason(reason),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CloseSessionResponse{Cancelled: int32(n)}, nil
+}
+
+// CancelScope implements CoordinatorService.CancelScope.
+func (s *Server) CancelScope(ctx context.Context, req *pb.CancelScopeRequest) (*pb.CancelScopeResponse, error) {
+	if err := validateScope(req.GetScope()); err != nil {
+		return nil, toStatus(err)
+	}
+	d := decision{state: stateCancelled, initiator: InitiatorName(req.GetInitiator()), reason: SanitizeReason(req.GetReason())}
+	if d.initiator == "" {
+		return nil, toStatus(invalid("initiator is required"))
+	}
+	n, err := s.cancelScope(ctx, req.GetScope(), req.GetPrincipal(), d)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CancelScopeResponse{Cancelled: int32(n)}, nil
+}
+
+// scopeParallelism bounds concurrent cancel transactions of one scope.
+const scopeParallelism = 64
+
+// cancelScope cancels every running call of a scope: one range read of its
+// index, one read of the calls it names, and a transaction per running
+// call, many at once so etcd can commit them together.
+func (s *Server) cancelScope(ctx context.Context, scope, principal string, d decision) (int, error) {
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Get(octx, s.keys.indexOf(scope), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return 0, etcdErr(octx, "read scope", err)
+	}
+	running, err := s.runningOf(ctx, resp.Kvs, principal)
+	if err != nil {
+		return 0, err
+	}
+	var nwon atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	sem := make(chan struct{}, scopeParallelism)
+	var wg sync.WaitGroup
+	for _, c := range running {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			state, err := s.settle(ctx, c.rec, c.kv, d)
+			switch {
+			case err != nil:
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			case state == won:
+				nwon.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(nwon.Load()), firstErr
+}
+
+type runningCall struct {
+	rec *callRecord
+	kv  *mvccpb.KeyValue
+}
+
+// runningOf reads the calls an index range names and keeps the running ones.
+func (s *Server) runningOf(ctx context.Context, idx []*mvccpb.KeyValue, principal string) ([]runningCall, error) {
+	var out []runningCall
+	for chunk := range chunks(idx, 128) {
+		var gets []clientv3.Op
+		for _, kv := range chunk {
+			begun, err := decode[callRecord]("index", kv.Value)
+			if err != nil {
+				return nil, err
+			}
+			gets = append(gets, clientv3.OpGet(s.keys.call(begun.CallID)))
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Txn(octx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return nil, etcdErr(octx, "read scope calls", err)
+		}
+		for _, r := range resp.Responses {
+			kvs := r.GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				continue
+			}
+			rec, err := decode[callRecord]("call", kvs[0].Value)
+			if err != nil {
+				return nil, err
+			}
+			if rec.State == stateRunning && (principal == "" || rec.Principal == principal) {
+				out = append(out, runningCall{rec, kvs[0]})
+			}
+		}
+	}
+	return out, nil
+}
+
+func chunks[T any](s []T, n int) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			m := min(n, len(s))
+			if !yield(s[:m]) {
+				return
+			}
+			s = s[m:]
+		}
+	}
+}
+
+// WatchTools implements CoordinatorService.WatchTools.
+func (s *Server) WatchTools(_ *pb.WatchToolsRequest, stream pb.CoordinatorService_WatchToolsServer) error {
+	ctx := stream.Context()
+	if err := s.waitReady(ctx); err != nil {
+		return toStatus(err)
+	}
+	var last []*pb.Tool
+	for first := true; ; first = false {
+		changed := s.view.changes()
+		tools := s.view.tools()
+		if first || !sameTools(last, tools) {
+			if err := stream.Send(&pb.WatchToolsResponse{Tools: tools}); err != nil {
+				return err
+			}
+			last = tools
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func sameTools(a, b []*pb.Tool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,310 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// cancelTimeout bounds one Cancel round trip to the coordinator.
+const cancelTimeout = 10 * time.Second
+
+// Gate states. A call leaves running exactly once: to responding (then
+// done) when its response goes out, or to cancelled when a cancellation
+// won. Progress goes out only while running.
+const (
+	running = iota
+	responding
+	done
+	cancelled
+)
+
+// call is one tools/call in flight, from registration to its end.
+type call struct {
+	s     *session
+	id    jsonrpc.ID
+	reply sink
+	token json.RawMessage // the client's progress token, if any
+
+	mu       sync.Mutex
+	state    int
+	begun    *pb.BeginResponse
+	pending  *cancelOrder // a cancel asked for before Begin returned
+	stopExec context.CancelFunc
+}
+
+type cancelOrder struct {
+	who    pb.Initiator
+	reason string
+}
+
+func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
+
+type callParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	Meta      struct {
+		ProgressToken json.RawMessage `json:"progressToken"`
+	} `json:"_meta"`
+}
+
+// handleCall runs tools/call to its end: registered before any remote
+// work, begun at the coordinator, executed on the worker, answered through
+// the gate.
+func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
+	var p callParams
+	if err := json.Unmarshal(m.Params, &p); err != nil || p.Name == "" {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")))
+		return
+	}
+	if a := p.Arguments; len(a) > 0 && string(a) != "null" && a[0] != '{' {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
+		return
+	}
+	c := &call{s: s, id: m.ID, reply: reply}
+	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
+		c.token = t
+	}
+	if err := s.register(c); err != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, err))
+		return
+	}
+	defer s.unregister(c)
+	c.run(p)
+}
+
+func (c *call) run(p callParams) {
+	g := c.s.g
+	ctx, cancel := context.WithTimeout(g.base, g.opts.CallTimeout)
+	defer cancel()
+	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
+		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
+	})
+	if err != nil {
+		c.beginFailed(err, p.Name)
+		return
+	}
+	c.mu.Lock()
+	c.begun = begun
+	pending := c.pending
+	c.mu.Unlock()
+	if pending != nil && c.sendCancel(pending) {
+		return
+	}
+	timer := time.AfterFunc(time.Until(begun.GetDeadline().AsTime()), func() {
+		c.requestCancel(pb.Initiator_INITIATOR_TIMEOUT, fmt.Sprintf("timed out after %v", g.opts.CallTimeout))
+	})
+	defer timer.Stop()
+	c.execute(p, begun)
+}
+
+// beginFailed answers a call the coordinator would not place, unless it
+// was cancelled meanwhile.
+func (c *call) beginFailed(err error, tool string) {
+	switch coordinator.ErrorReason(err) {
+	case "UNKNOWN_TOOL":
+		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
+	case "DUPLICATE_REQUEST_ID":
+		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
+	case "NO_CAPACITY":
+		c.respond(jsonrpc.Response(c.id, toolError("every worker offering %s is busy; try again shortly", tool)))
+	default:
+		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "tool", tool, "err", err)
+		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
+	}
+}
+
+// execute streams the call from its worker and relays what comes back.
+func (c *call) execute(p callParams, begun *pb.BeginResponse) {
+	g := c.s.g
+	wc, err := g.workerClient(begun.GetWorkerAddress())
+	if err != nil {
+		c.lost(begun, err)
+		return
+	}
+	ctx, stop := context.WithCancel(g.base)
+	defer stop()
+	c.mu.Lock()
+	c.stopExec = stop
+	c.mu.Unlock()
+	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
+		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
+		Deadline: begun.GetDeadline(), Progress: c.token != nil,
+	})
+	if err != nil {
+		c.lost(begun, err)
+		return
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if c.settled() || g.base.Err() != nil {
+				return // we closed the stream after a cancel won, or are shutting down
+			}
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the worker ended the call without an outcome")
+			}
+			c.lost(begun, err)
+			return
+		}
+		switch e := ev.GetEvent().(type) {
+		case *pb.ExecuteResponse_Progress:
+			c.progress(e.Progress)
+		case *pb.ExecuteResponse_Result:
+			c.respond(jsonrpc.Response(c.id, json.RawMessage(e.Result.GetResultJson())))
+			return
+		case *pb.ExecuteResponse_Failed:
+			c.respond(jsonrpc.Response(c.id, toolError("the tool failed: %s", e.Failed.GetReason())))
+			return
+		case *pb.ExecuteResponse_Cancelled:
+			c.cancelledBy(e.Cancelled.GetInitiator())
+			return
+		}
+	}
+}
+
+// lost settles a call whose worker the gateway cannot reach: Fail decides
+// it against a late Complete, and the client learns what won.
+func (c *call) lost(begun *pb.BeginResponse, cause error) {
+	g := c.s.g
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	defer cancel()
+	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
+		Call:      &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker()},
+		Initiator: pb.Initiator_INITIATOR_WORKER_LOST, Reason: "execute stream lost: " + status.Convert(cause).Message(),
+	})
+	switch {
+	case err != nil:
+		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)
+		c.respond(jsonrpc.Response(c.id, toolError("the worker running this call was lost")))
+	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
+		c.cancelledBy(pb.Initiator_INITIATOR_UNSPECIFIED)
+	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
+		c.respond(jsonrpc.Response(c.id, toolError("the tool completed but its result was lost on the way back")))
+	default:
+		c.respond(jsonrpc.Response(c.id, toolError("the worker running this call was lost")))
+	}
+}
+
+// requestCancel asks for the call to be cancelled. Before Begin has
+// returned it is remembered and sent once the call exists.
+func (c *call) requestCancel(who pb.Initiator, reason string) {
+	c.mu.Lock()
+	if c.state != running || c.pending != nil {
+		c.mu.Unlock()
+		return
+	}
+	o := &cancelOrder{who: who, reason: reason}
+	c.pending = o
+	begun := c.begun
+	c.mu.Unlock()
+	if begun != nil {
+		c.sendCancel(o)
+	}
+}
+
+// sendCancel asks the coordinator; it reports whether the cancel won.
+func (c *call) sendCancel(o *cancelOrder) bool {
+	g := c.s.g
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	defer cancel()
+	resp, err := g.coord.Cancel(ctx, &pb.CancelRequest{
+		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}},
+		Initiator: o.who, Reason: o.reason, Principal: c.s.principal,
+	})
+	if err != nil {
+		g.log.Warn("cancel failed", "scope", c.s.scope, "id", c.idText(), "err", err)
+		c.mu.Lock()
+		c.pending = nil // let a later cancel try again
+		c.mu.Unlock()
+		return false
+	}
+	if resp.GetResult() != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+		return false // completion (or failure) won; its answer goes out
+	}
+	c.cancelledBy(o.who)
+	return true
+}
+
+// cancelledBy closes the gate after a cancellation won. The client gets no
+// response, except for the gateway's own timeout: the client is still
+// waiting, and gets an error result.
+func (c *call) cancelledBy(who pb.Initiator) {
+	if who == pb.Initiator_INITIATOR_TIMEOUT {
+		c.respond(jsonrpc.Response(c.id, toolError("the call timed out after %v and was cancelled", c.s.g.opts.CallTimeout)))
+	} else {
+		c.mu.Lock()
+		if c.state == running {
+			c.state = cancelled
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	stop := c.stopExec
+	c.mu.Unlock()
+	if stop != nil {
+		stop() // the fast path: the worker sees its caller go at once
+	}
+}
+
+// settled says whether the gate has closed.
+func (c *call) settled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state != running
+}
+
+// respond sends the call's one response, if the gate is still open.
+func (c *call) respond(msg []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != running {
+		return
+	}
+	c.state = responding
+	c.reply.send(msg)
+	c.state = done
+}
+
+// progress relays a worker's progress while the gate is open.
+func (c *call) progress(p *pb.Progress) {
+	if c.token == nil {
+		return
+	}
+	params := map[string]any{"progressToken": c.token, "progress": p.GetProgress()}
+	if p.GetTotal() > 0 {
+		params["total"] = p.GetTotal()
+	}
+	if p.GetMessage() != "" {
+		params["message"] = p.GetMessage()
+	}
+	msg := jsonrpc.Notification("notifications/progress", params)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == running {
+		c.reply.send(msg)
+	}
+}
+
+// toolError is a CallToolResult with isError set.
+func toolError(format string, args ...any) map[string]any {
+	return map[string]any{
+		"content": []map[string]any{{"type": "text", "text": fmt.Sprintf(format, args...)}},
+		"isError": true,
+	}
+}
+
+var _ = codes.OK

@@ -1,0 +1,268 @@
+// Package gateway is the MCP side of mcpcancel: it speaks MCP to clients
+// over stdio and Streamable HTTP (the 2025 revisions, with sessions, and
+// the stateless 2026-07-28 revision), runs their tool calls on workers, and
+// turns every MCP cancellation into a coordinator decision. It owns its
+// JSON-RPC dispatch so that nothing answers a request whose cancellation
+// won: every request passes through a gate that lets exactly one of its
+// response or its cancellation out, and progress only before either.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// ErrClosed means the gateway is shutting down.
+var ErrClosed = errors.New("gateway: closed")
+
+// Options configures a gateway. The zero value of every field but
+// Coordinator means its default.
+type Options struct {
+	// Coordinator is a client of the coordinator service. Required.
+	Coordinator pb.CoordinatorServiceClient
+	// Name identifies this replica in call records (default: random).
+	Name string
+	// CallTimeout bounds every tool call (default 10m).
+	CallTimeout time.Duration
+	// ScopeLimit caps calls in flight per scope (default 256); GlobalLimit
+	// caps them per gateway (default 10000).
+	ScopeLimit, GlobalLimit int
+	// PingInterval, if set, makes the gateway ping clients that can hear it.
+	PingInterval time.Duration
+	// AllowedOrigins are the Origin header values accepted besides
+	// loopback ones (DNS-rebinding protection).
+	AllowedOrigins []string
+	// MaxMessageBytes bounds one incoming message (default 4 MiB).
+	MaxMessageBytes int64
+	// WorkerDialOptions add to the plaintext default for Execute.
+	WorkerDialOptions []grpc.DialOption
+	// Version is reported as serverInfo.version.
+	Version string
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Gateway serves MCP clients.
+type Gateway struct {
+	opts  Options
+	coord pb.CoordinatorServiceClient
+	log   *slog.Logger
+
+	base     context.Context // lives until Close: calls run under it
+	stop     context.CancelFunc
+	inflight atomic.Int64
+	calls    sync.WaitGroup // every call in flight
+
+	tools atomic.Pointer[[]*pb.Tool]
+
+	mu       sync.Mutex
+	sessions map[*session]struct{} // live sessions that can hear notifications
+	workers  map[string]*grpc.ClientConn
+	closed   bool
+	toolsCh  chan struct{} // closed when the tool list first arrives
+}
+
+// New returns a gateway. Run must run for it to see the tool list.
+func New(opts Options) *Gateway {
+	if opts.Coordinator == nil {
+		panic("gateway: Options.Coordinator is required")
+	}
+	if opts.Name == "" {
+		opts.Name = "gateway-" + randomToken(6)
+	}
+	if opts.CallTimeout == 0 {
+		opts.CallTimeout = 10 * time.Minute
+	}
+	if opts.ScopeLimit == 0 {
+		opts.ScopeLimit = 256
+	}
+	if opts.GlobalLimit == 0 {
+		opts.GlobalLimit = 10000
+	}
+	if opts.MaxMessageBytes == 0 {
+		opts.MaxMessageBytes = 4 << 20
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{
+		opts: opts, coord: opts.Coordinator, log: opts.Logger,
+		sessions: map[*session]struct{}{}, workers: map[string]*grpc.ClientConn{},
+		toolsCh: make(chan struct{}),
+	}
+	g.base, g.stop = context.WithCancel(context.Background())
+	return g
+}
+
+// Run follows the coordinator's tool list and tells clients when it
+// changes, until ctx is done.
+func (g *Gateway) Run(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := g.watchTools(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		g.log.Warn("tool watch ended; retrying", "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	return nil
+}
+
+func (g *Gateway) watchTools(ctx context.Context) error {
+	stream, err := g.coord.WatchTools(ctx, &pb.WatchToolsRequest{})
+	if err != nil {
+		return err
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		tools := m.GetTools()
+		prev := g.tools.Swap(&tools)
+		if prev == nil {
+			g.mu.Lock()
+			select {
+			case <-g.toolsCh:
+			default:
+				close(g.toolsCh)
+			}
+			g.mu.Unlock()
+			continue
+		}
+		g.broadcast(notifyToolsChanged)
+	}
+}
+
+// listTools returns the tools live workers offer, from the watched list,
+// or asks the coordinator when the watch has not delivered yet.
+func (g *Gateway) listTools(ctx context.Context) ([]*pb.Tool, error) {
+	if t := g.tools.Load(); t != nil {
+		return *t, nil
+	}
+	resp, err := g.coord.ListTools(ctx, &pb.ListToolsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetTools(), nil
+}
+
+// broadcast sends a server notification to every session that can hear it.
+func (g *Gateway) broadcast(msg []byte) {
+	g.mu.Lock()
+	var ss []*session
+	for s := range g.sessions {
+		ss = append(ss, s)
+	}
+	g.mu.Unlock()
+	for _, s := range ss {
+		s.notify(msg)
+	}
+}
+
+func (g *Gateway) addSession(s *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sessions[s] = struct{}{}
+}
+
+func (g *Gateway) removeSession(s *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.sessions, s)
+}
+
+// workerClient returns a (cached) client of the worker at addr.
+func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, ErrClosed
+	}
+	if c := g.workers[addr]; c != nil {
+		return pb.NewWorkerServiceClient(c), nil
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, g.opts.WorkerDialOptions...)
+	c, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	g.workers[addr] = c
+	return pb.NewWorkerServiceClient(c), nil
+}
+
+// Shutdown cancels every call still in flight (reason "shutdown"), waits
+// for them to settle or for ctx, and closes worker connections. Sessions
+// are not answered for the calls it cancels.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	var ss []*session
+	for s := range g.sessions {
+		ss = append(ss, s)
+	}
+	g.mu.Unlock()
+	for _, s := range ss {
+		s.cancelAll(pb.Initiator_INITIATOR_SHUTDOWN, "gateway shutting down")
+	}
+	done := make(chan struct{})
+	go func() { // owned: we wait for it or for ctx, and stop() ends the calls
+		g.calls.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		g.stop()
+		<-done
+	}
+	g.stop()
+	g.mu.Lock()
+	for addr, c := range g.workers {
+		c.Close()
+		delete(g.workers, addr)
+	}
+	g.mu.Unlock()
+	return err
+}
+
+// Close cancels every call in flight and waits, briefly, for them to
+// settle; see Shutdown. It is idempotent.
+func (g *Gateway) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	return g.Shutdown(ctx)
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,445 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// HTTP header names.
+const (
+	hdrSession  = "Mcp-Session-Id"
+	hdrVersion  = "Mcp-Protocol-Version"
+	hdrMethod   = "Mcp-Method"
+	hdrName     = "Mcp-Name"
+	contentJSON = "application/json"
+	contentSSE  = "text/event-stream"
+)
+
+// Handler returns the Streamable HTTP handler for the MCP endpoint. It
+// serves the 2025 revisions (sessions, GET stream, DELETE) and 2026-07-28
+// (stateless; closing a request's stream cancels it) side by side.
+func (g *Gateway) Handler() http.Handler { return &httpTransport{g: g, sessions: map[string]*session{}} }
+
+type httpTransport struct {
+	g *Gateway
+
+	mu       sync.Mutex
+	sessions map[string]*session // 2025 sessions this replica has seen
+}
+
+func (h *httpTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.originAllowed(r) {
+		httpError(w, http.StatusForbidden, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", r.Header.Get("Origin")))
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.post(w, r)
+	case http.MethodGet:
+		h.get(w, r)
+	case http.MethodDelete:
+		h.delete(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		httpError(w, http.StatusMethodNotAllowed, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "method %s not allowed", r.Method))
+	}
+}
+
+// originAllowed guards against DNS rebinding: a browser's Origin must be
+// loopback or explicitly allowed. Requests without Origin (non-browser
+// clients) pass.
+func (h *httpTransport) originAllowed(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	if slices.Contains(h.g.opts.AllowedOrigins, o) {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func httpError(w http.ResponseWriter, code int, e *jsonrpc.Error) {
+	w.Header().Set("Content-Type", contentJSON)
+	w.WriteHeader(code)
+	w.Write(jsonrpc.ErrorResponse(jsonrpc.ID{}, false, e))
+}
+
+func (h *httpTransport) post(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.g.opts.MaxMessageBytes+1))
+	if err != nil {
+		return
+	}
+	if int64(len(body)) > h.g.opts.MaxMessageBytes {
+		httpError(w, http.StatusRequestEntityTooLarge, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "message larger than %d bytes", h.g.opts.MaxMessageBytes))
+		return
+	}
+	m, derr := jsonrpc.Decode(body)
+	if derr != nil {
+		writeErrorResponse(w, http.StatusBadRequest, derr.ID, derr.HasID, derr.Error)
+		return
+	}
+	if v := r.Header.Get(hdrVersion); v != "" && !slices.Contains(SupportedVersions, v) {
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, m.Kind == jsonrpc.KindRequest, unsupportedVersion(v))
+		return
+	}
+	if isModern(r, m) {
+		h.postModern(w, r, m)
+		return
+	}
+	h.postLegacy(w, r, m)
+}
+
+func unsupportedVersion(v string) *jsonrpc.Error {
+	data, _ := json.Marshal(map[string]any{"supported": SupportedVersions, "requested": v})
+	return &jsonrpc.Error{Code: jsonrpc.CodeUnsupportedVersion, Message: "Unsupported protocol version", Data: data}
+}
+
+func writeErrorResponse(w http.ResponseWriter, code int, id jsonrpc.ID, hasID bool, e *jsonrpc.Error) {
+	w.Header().Set("Content-Type", contentJSON)
+	w.WriteHeader(code)
+	w.Write(jsonrpc.ErrorResponse(id, hasID, e))
+}
+
+// isModern says whether a POST speaks 2026-07-28.
+func isModern(r *http.Request, m *jsonrpc.Message) bool {
+	if r.Header.Get(hdrVersion) == Version20260728 {
+		return true
+	}
+	return metaProtocolVersion(m.Params) == Version20260728
+}
+
+func metaProtocolVersion(params json.RawMessage) string {
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return ""
+	}
+	var v string
+	json.Unmarshal(p.Meta[metaVersion], &v)
+	return v
+}
+
+// postLegacy serves a 2025-era POST.
+func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+	principal := anonymous
+	if m.Kind == jsonrpc.KindRequest && m.Method == "initialize" {
+		h.initialize(w, r, m, principal)
+		return
+	}
+	s, status := h.lookup(r.Context(), r.Header.Get(hdrSession), principal)
+	if s == nil {
+		writeErrorResponse(w, status, m.ID, m.Kind == jsonrpc.KindRequest, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", http.StatusText(status)+": initialize a session first"))
+		return
+	}
+	if m.Kind != jsonrpc.KindRequest {
+		s.handle(r.Context(), m, nil)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	h.answer(w, r, s, m)
+}
+
+// answer serves one request: tools/call on an SSE stream, the rest as JSON.
+func (h *httpTransport) answer(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
+	if m.Method == "tools/call" && acceptsSSE(r) {
+		out := newSSE(w)
+		s.handle(r.Context(), m, out)
+		return
+	}
+	out := &jsonSink{w: w}
+	s.handle(r.Context(), m, out)
+	if !out.sent {
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+func acceptsSSE(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), contentSSE)
+}
+
+func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
+	id := randomToken(24)
+	s := newSession(h.g, coordinator.SessionScopePrefix+id, principal)
+	_, err := h.g.coord.OpenSession(r.Context(), &pb.OpenSessionRequest{Session: &pb.Session{
+		SessionId: id, Principal: principal, ProtocolVersion: latestLegacy, Gateway: h.g.opts.Name,
+	}})
+	if err != nil {
+		writeErrorResponse(w, http.StatusServiceUnavailable, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot open a session: the coordinator is unavailable"))
+		return
+	}
+	h.mu.Lock()
+	h.sessions[id] = s
+	h.mu.Unlock()
+	w.Header().Set(hdrSession, id)
+	out := &jsonSink{w: w}
+	s.handle(r.Context(), m, out)
+}
+
+// lookup finds a session by id: here, or recorded by another replica. A
+// session of another principal is as good as unknown.
+func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*session, int) {
+	if id == "" {
+		return nil, http.StatusBadRequest
+	}
+	h.mu.Lock()
+	s := h.sessions[id]
+	h.mu.Unlock()
+	if s != nil {
+		if s.principal != principal {
+			return nil, http.StatusNotFound
+		}
+		return s, 0
+	}
+	resp, err := h.g.coord.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
+	switch {
+	case coordinator.ErrorReason(err) == "UNKNOWN_CALL", coordinator.ErrorReason(err) == "INVALID_ARGUMENT":
+		return nil, http.StatusNotFound
+	case err != nil:
+		return nil, http.StatusServiceUnavailable
+	case resp.GetSession().GetPrincipal() != principal:
+		return nil, http.StatusNotFound
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s = h.sessions[id]; s == nil {
+		s = newSession(h.g, coordinator.SessionScopePrefix+id, principal)
+		s.version = resp.GetSession().GetProtocolVersion()
+		h.sessions[id] = s
+	}
+	return s, 0
+}
+
+// get opens a session's stream for server-initiated messages.
+func (h *httpTransport) get(w http.ResponseWriter, r *http.Request) {
+	if !acceptsSSE(r) {
+		httpError(w, http.StatusNotAcceptable, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "GET needs Accept: text/event-stream"))
+		return
+	}
+	if r.Header.Get(hdrSession) == "" {
+		w.Header().Set("Allow", "POST")
+		httpError(w, http.StatusMethodNotAllowed, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "no session: this endpoint has no stream without one"))
+		return
+	}
+	s, status := h.lookup(r.Context(), r.Header.Get(hdrSession), anonymous)
+	if s == nil {
+		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
+		return
+	}
+	out := newSSE(w)
+	out.open()
+	s.setNotifier(out)
+	defer func() {
+		s.mu.Lock()
+		mine := s.notifier == out
+		s.mu.Unlock()
+		if mine {
+			s.setNotifier(nil)
+		}
+	}()
+	select {
+	case <-r.Context().Done():
+	case <-h.g.base.Done():
+	}
+}
+
+// delete ends a session: its calls on every replica are cancelled.
+func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(hdrSession)
+	s, status := h.lookup(r.Context(), id, anonymous)
+	if s == nil {
+		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
+		return
+	}
+	_, err := h.g.coord.CloseSession(r.Context(), &pb.CloseSessionRequest{SessionId: id, Principal: s.principal, Reason: "session deleted by the client"})
+	if err != nil && coordinator.ErrorReason(err) != "UNKNOWN_CALL" {
+		httpError(w, http.StatusServiceUnavailable, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot close the session: the coordinator is unavailable"))
+		return
+	}
+	s.cancelAll(pb.Initiator_INITIATOR_DISCONNECT, "session deleted by the client")
+	h.mu.Lock()
+	delete(h.sessions, id)
+	h.mu.Unlock()
+	s.setNotifier(nil)
+	w.WriteHeader(http.StatusOK)
+}
+
+// postModern serves a 2026-07-28 POST: no session; the request is its own
+// scope, and closing its response stream cancels it.
+func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+	if m.Kind != jsonrpc.KindRequest {
+		w.WriteHeader(http.StatusAccepted) // no client notifications in this revision; nothing to do
+		return
+	}
+	if e := checkHeaders(r, m); e != nil {
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
+		return
+	}
+	s := newSession(h.g, "stream:"+randomToken(16), anonymous)
+	s.modern = true
+	if m.Method != "tools/call" || !acceptsSSE(r) {
+		out := &jsonSink{w: w}
+		s.handle(r.Context(), m, out)
+		return
+	}
+	out := newSSE(w)
+	done := make(chan struct{})
+	go func() { // owned: ends when the call does or the stream closes, and we wait for it
+		defer close(done)
+		select {
+		case <-r.Context().Done():
+			s.cancelAll(pb.Initiator_INITIATOR_CLIENT, "request stream closed")
+		case <-out.finished:
+		}
+	}()
+	s.handle(r.Context(), m, out)
+	out.finish()
+	<-done
+}
+
+// checkHeaders validates 2026-07-28's mirrored headers against the body.
+func checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
+	mismatch := func(format string, args ...any) *jsonrpc.Error {
+		return jsonrpc.Errorf(jsonrpc.CodeHeaderMismatch, "Header mismatch: "+format, args...)
+	}
+	v := r.Header.Get(hdrVersion)
+	if v == "" {
+		return mismatch("%s header is required", hdrVersion)
+	}
+	if mv := metaProtocolVersion(m.Params); mv != "" && mv != v {
+		return mismatch("%s header %q does not match _meta %q", hdrVersion, v, mv)
+	}
+	if hm := r.Header.Get(hdrMethod); hm != "" && hm != m.Method {
+		return mismatch("%s header %q does not match method %q", hdrMethod, hm, m.Method)
+	}
+	if m.Method == "tools/call" {
+		var p struct {
+			Name string `json:"name"`
+		}
+		json.Unmarshal(m.Params, &p)
+		if hn, ok := decodeHeaderValue(r.Header.Get(hdrName)); r.Header.Get(hdrName) != "" && (!ok || hn != p.Name) {
+			return mismatch("%s header does not match tool name %q", hdrName, p.Name)
+		}
+	}
+	return nil
+}
+
+// decodeHeaderValue undoes the =?base64?...?= sentinel encoding.
+func decodeHeaderValue(v string) (string, bool) {
+	inner, ok := strings.CutPrefix(v, "=?base64?")
+	if !ok {
+		return v, true
+	}
+	inner, ok = strings.CutSuffix(inner, "?=")
+	if !ok {
+		return "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(inner)
+	return string(b), err == nil
+}
+
+// jsonSink answers one request with a JSON body.
+type jsonSink struct {
+	w    http.ResponseWriter
+	mu   sync.Mutex
+	sent bool
+}
+
+func (j *jsonSink) send(msg []byte) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.sent {
+		return false // only the response belongs here; notifications are dropped
+	}
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(msg, &probe) != nil || probe.ID == nil {
+		return false
+	}
+	j.sent = true
+	j.w.Header().Set("Content-Type", contentJSON)
+	_, err := j.w.Write(msg)
+	return err == nil
+}
+
+// sseSink streams messages as Server-Sent Events.
+type sseSink struct {
+	w        http.ResponseWriter
+	mu       sync.Mutex
+	opened   bool
+	broken   bool
+	finished chan struct{}
+	once     sync.Once
+}
+
+func newSSE(w http.ResponseWriter) *sseSink { return &sseSink{w: w, finished: make(chan struct{})} }
+
+func (s *sseSink) open() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.openLocked()
+}
+
+func (s *sseSink) openLocked() {
+	if s.opened {
+		return
+	}
+	s.opened = true
+	h := s.w.Header()
+	h.Set("Content-Type", contentSSE)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	s.w.WriteHeader(http.StatusOK)
+	if f, ok := s.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *sseSink) send(msg []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken {
+		return false
+	}
+	s.openLocked()
+	if _, err := fmt.Fprintf(s.w, "event: message\ndata: %s\n\n", msg); err != nil {
+		s.broken = true
+		return false
+	}
+	if f, ok := s.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	return true
+}
+
+// finish marks the stream done: nothing more will be written.
+func (s *sseSink) finish() { s.once.Do(func() { close(s.finished) }) }
+
+var errNoSession = errors.New("gateway: no session")
+
+var _ = errNoSession

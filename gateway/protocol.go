@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// Protocol versions this gateway speaks, newest first.
+const (
+	Version20260728 = "2026-07-28"
+	latestLegacy    = "2025-11-25"
+)
+
+// legacyVersions are the initialize-based revisions we negotiate.
+var legacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+
+// SupportedVersions lists every protocol version served.
+var SupportedVersions = append([]string{Version20260728}, legacyVersions...)
+
+// metaVersion is the _meta key of a 2026-07-28 request's version.
+const metaVersion = "io.modelcontextprotocol/protocolVersion"
+
+var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed", nil)
+
+func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
+	if m.Method == "tools/call" {
+		s.handleCall(m, reply)
+		return
+	}
+	result, rpcErr := s.dispatch(ctx, m)
+	if rpcErr != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, rpcErr))
+		return
+	}
+	reply.send(jsonrpc.Response(m.ID, result))
+}
+
+func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonrpc.Error) {
+	switch m.Method {
+	case "initialize":
+		return s.initialize(m.Params)
+	case "ping":
+		return struct{}{}, nil
+	case "tools/list":
+		return s.toolsList(ctx)
+	case "logging/setLevel":
+		return s.setLevel(m.Params)
+	case "server/discover":
+		return s.discover(), nil
+	}
+	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
+}
+
+type initializeParams struct {
+	ProtocolVersion string `json:"protocolVersion"`
+}
+
+// initialize answers with the client's version if we speak it, else our
+// latest, as the lifecycle spec asks. It is never cancellable: it is not
+// registered as a call, so a cancel naming it finds nothing.
+func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
+	var p initializeParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid initialize params: %v", err)
+	}
+	v := latestLegacy
+	if slices.Contains(legacyVersions, p.ProtocolVersion) {
+		v = p.ProtocolVersion
+	}
+	s.mu.Lock()
+	s.version = v
+	s.mu.Unlock()
+	return map[string]any{
+		"protocolVersion": v,
+		"capabilities":    capabilities(),
+		"serverInfo":      s.g.serverInfo(),
+		"instructions":    "Tools run on a worker fleet behind mcpcancel; cancelling a call stops it on its worker.",
+	}, nil
+}
+
+func capabilities() map[string]any {
+	return map[string]any{
+		"tools":   map[string]any{"listChanged": true},
+		"logging": map[string]any{},
+	}
+}
+
+func (g *Gateway) serverInfo() map[string]any {
+	return map[string]any{"name": "mcpcancel", "title": "mcpcancel gateway", "version": g.opts.Version}
+}
+
+// discover answers 2026-07-28's server/discover.
+func (s *session) discover() any {
+	return map[string]any{
+		"supportedVersions": SupportedVersions,
+		"capabilities":      capabilities(),
+		"serverInfo":        s.g.serverInfo(),
+	}
+}
+
+var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+func (s *session) setLevel(raw json.RawMessage) (any, *jsonrpc.Error) {
+	var p struct {
+		Level string `json:"level"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil || !slices.Contains(logLevels, p.Level) {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "level must be one of %v", logLevels)
+	}
+	s.mu.Lock()
+	s.logLevel = p.Level
+	s.mu.Unlock()
+	return struct{}{}, nil
+}
+
+// mcpTool is a tool as tools/list shows it.
+type mcpTool struct {
+	Name         string          `json:"name"`
+	Title        string          `json:"title,omitempty"`
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	Annotations  json.RawMessage `json:"annotations,omitempty"`
+}
+
+func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
+	tools, err := s.g.listTools(ctx)
+	if err != nil {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot list tools: the coordinator is unavailable")
+	}
+	out := make([]mcpTool, 0, len(tools))
+	for _, t := range tools {
+		in := json.RawMessage(t.GetInputSchemaJson())
+		if len(in) == 0 {
+			in = json.RawMessage(`{"type":"object"}`)
+		}
+		out = append(out, mcpTool{
+			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(), InputSchema: in,
+			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: nonEmpty(t.GetAnnotationsJson()),
+		})
+	}
+	return map[string]any{"tools": out}, nil
+}
+
+func nonEmpty(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+var _ = pb.Initiator_INITIATOR_CLIENT

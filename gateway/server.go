@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// Mux serves the MCP endpoint at /mcp, and /healthz and /readyz.
+func (g *Gateway) Mux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", g.ready)
+	return mux
+}
+
+// ready answers 200 only while the coordinator answers.
+func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := g.coord.ListWorkers(ctx, &pb.ListWorkersRequest{}); err != nil {
+		http.Error(w, "coordinator unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// ServeHTTP serves Mux on lis until ctx is done, then stops accepting,
+// lets calls in flight finish for up to grace, cancels the rest (reason
+// "shutdown", unanswered) and returns.
+func (g *Gateway) ServeHTTP(ctx context.Context, lis net.Listener, grace time.Duration) error {
+	srv := &http.Server{Handler: g.Mux(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }() // ends with Shutdown/Close below
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	return g.drain(srv, errc, grace)
+}
+
+func (g *Gateway) drain(srv *http.Server, errc chan error, grace time.Duration) error {
+	srv.SetKeepAlivesEnabled(false)
+	lis := make(chan struct{})
+	go func() { // owned: waited on below; stops the listener while calls drain
+		srv.Shutdown(context.Background())
+		close(lis)
+	}()
+	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	g.waitCalls(graceCtx)
+	g.Close()
+	srv.Close() // ends streams still open (GET streams, cancelled calls)
+	<-lis
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// waitCalls waits until no call is in flight or ctx is done.
+func (g *Gateway) waitCalls(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { // owned: ends when the calls do; Close below ends them all
+		g.calls.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		g.Close()
+		<-done
+	}
+}

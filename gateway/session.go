@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// sink is where messages for a client go: a stdio connection, a POST's
+// response stream, or a session's notification stream. send reports
+// whether the message was written.
+type sink interface {
+	send(msg []byte) bool
+}
+
+// session is one scope: a stdio connection, a 2025 HTTP session, or a
+// single 2026-07-28 HTTP request. It keeps the requests the client sent
+// (inbound) apart from those the gateway sent it (outbound).
+type session struct {
+	g         *Gateway
+	scope     string
+	principal string
+	modern    bool // 2026-07-28: no initialize, no notifications over HTTP
+
+	mu          sync.Mutex
+	inbound     map[string]*call
+	outbound    map[string]chan *jsonrpc.Message
+	notifier    sink // server-initiated messages; nil when the client cannot hear them
+	version     string
+	logLevel    string
+	nextOut     int64
+	initialized bool
+}
+
+func newSession(g *Gateway, scope, principal string) *session {
+	return &session{
+		g: g, scope: scope, principal: principal,
+		inbound: map[string]*call{}, outbound: map[string]chan *jsonrpc.Message{},
+	}
+}
+
+// setNotifier sets (or clears, with nil) where server notifications go.
+func (s *session) setNotifier(k sink) {
+	s.mu.Lock()
+	s.notifier = k
+	s.mu.Unlock()
+	if k != nil {
+		s.g.addSession(s)
+	} else {
+		s.g.removeSession(s)
+	}
+}
+
+func (s *session) notify(msg []byte) bool {
+	s.mu.Lock()
+	k := s.notifier
+	s.mu.Unlock()
+	return k != nil && k.send(msg)
+}
+
+// handle processes one message from the client. Requests are answered on
+// reply; handle returns when the request is answered or settled.
+func (s *session) handle(ctx context.Context, m *jsonrpc.Message, reply sink) {
+	switch m.Kind {
+	case jsonrpc.KindNotification:
+		s.handleNotification(m)
+	case jsonrpc.KindResponse:
+		s.handleResponse(m)
+	case jsonrpc.KindRequest:
+		s.handleRequest(ctx, m, reply)
+	}
+}
+
+func (s *session) handleNotification(m *jsonrpc.Message) {
+	switch m.Method {
+	case "notifications/cancelled":
+		s.clientCancelled(m.Params)
+	case "notifications/initialized":
+		s.mu.Lock()
+		s.initialized = true
+		s.mu.Unlock()
+	}
+	// Every other notification is ignored, as the spec asks.
+}
+
+// handleResponse matches a client's answer to a request the gateway sent.
+func (s *session) handleResponse(m *jsonrpc.Message) {
+	s.mu.Lock()
+	ch := s.outbound[m.ID.Key()]
+	delete(s.outbound, m.ID.Key())
+	s.mu.Unlock()
+	if ch != nil {
+		ch <- m
+	}
+}
+
+// cancelParams are notifications/cancelled's params.
+type cancelParams struct {
+	RequestID json.RawMessage `json:"requestId"`
+	Reason    *string         `json:"reason"`
+}
+
+// clientCancelled handles notifications/cancelled. It is never answered.
+// A cancel for a request this gateway holds goes through the call's gate;
+// one for a request it does not hold may name a call on another replica
+// of the same session, so it still asks the coordinator, in this scope
+// only. Malformed ones are ignored.
+func (s *session) clientCancelled(raw json.RawMessage) {
+	var p cancelParams
+	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
+		s.g.log.Debug("ignoring malformed cancellation", "scope", s.scope)
+		return
+	}
+	id, err := jsonrpc.ParseID(p.RequestID)
+	if err != nil {
+		s.g.log.Debug("ignoring cancellation with a bad id", "scope", s.scope, "err", err)
+		return
+	}
+	reason := ""
+	if p.Reason != nil {
+		reason = *p.Reason
+	}
+	s.mu.Lock()
+	c := s.inbound[id.Key()]
+	s.mu.Unlock()
+	if c != nil {
+		c.requestCancel(pb.Initiator_INITIATOR_CLIENT, reason)
+		return
+	}
+	if !s.remoteCalls() {
+		return // no other replica can hold a call of this scope
+	}
+	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
+	defer cancel()
+	_, err = s.g.coord.Cancel(ctx, &pb.CancelRequest{
+		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: s.scope, RequestId: requestID(id)}},
+		Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: reason, Principal: s.principal,
+	})
+	if err != nil {
+		s.g.log.Warn("cancel for a call on another replica failed", "scope", s.scope, "err", err)
+	}
+}
+
+// remoteCalls says whether another replica may run calls of this scope:
+// only 2025 HTTP sessions span replicas.
+func (s *session) remoteCalls() bool { return len(s.scope) > len("session:") && s.scope[:8] == "session:" }
+
+// register records a request before any remote work starts.
+func (s *session) register(c *call) *jsonrpc.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.inbound[c.id.Key()]; dup {
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())
+	}
+	if len(s.inbound) >= s.g.opts.ScopeLimit {
+		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "too many calls in flight in this session (limit %d); wait for one to finish", s.g.opts.ScopeLimit)
+	}
+	if s.g.inflight.Add(1) > int64(s.g.opts.GlobalLimit) {
+		s.g.inflight.Add(-1)
+		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is at its limit of %d calls in flight; try again shortly", s.g.opts.GlobalLimit)
+	}
+	s.inbound[c.id.Key()] = c
+	s.g.calls.Add(1)
+	return nil
+}
+
+func (s *session) unregister(c *call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inbound[c.id.Key()] == c {
+		delete(s.inbound, c.id.Key())
+		s.g.inflight.Add(-1)
+		s.g.calls.Done()
+	}
+}
+
+// cancelAll cancels every call of this session held here.
+func (s *session) cancelAll(who pb.Initiator, reason string) {
+	s.mu.Lock()
+	var cs []*call
+	for _, c := range s.inbound {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.requestCancel(who, reason)
+	}
+}
+
+// ping sends the client a ping; the answer, if any, is matched by id.
+func (s *session) ping(ctx context.Context) error {
+	s.mu.Lock()
+	s.nextOut++
+	id := jsonrpc.String("mcpcancel-ping-" + itoa(s.nextOut))
+	ch := make(chan *jsonrpc.Message, 1)
+	s.outbound[id.Key()] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.outbound, id.Key())
+		s.mu.Unlock()
+	}()
+	if !s.notify(jsonrpc.Request(id, "ping", nil)) {
+		return ErrClosed
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func requestID(id jsonrpc.ID) *pb.RequestId {
+	if id.IsString() {
+		return &pb.RequestId{Kind: &pb.RequestId_Text{Text: id.Str()}}
+	}
+	return &pb.RequestId{Kind: &pb.RequestId_Number{Number: id.Num()}}
+}

@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+const aboutDev = `Runs everything in one process for trying mcpcancel: an embedded etcd, a
+coordinator, a worker with the demo tools (sleep, echo, spin) and a gateway
+serving MCP on --http (or on stdio with --stdio; logs then go to stderr only).
+Prints one line per endpoint on stderr. On SIGINT or SIGTERM it stops the
+parts in order and removes its temporary data directory.`
+
+type devFlags struct {
+	gatewayFlags
+	dataDir  string
+	leaseTTL time.Duration
+	fixtures bool
+}
+
+func runDev(ctx context.Context, s streams, args []string) error {
+	o := &devFlags{}
+	f := newFlags(s, "dev", aboutDev)
+	o.register(f, false)
+	f.fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
+	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
+	f.fs.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	dir := o.dataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "mcpcancel-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	return runDevIn(ctx, s, o, dir)
+}
+
+func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
+	log := newLogger(s.stderr, *o.logLevel)
+	m, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(dir, "etcd")})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fmt.Fprintf(s.stderr, "etcd: %s\n", m.ClientURL())
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	coordLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := coordinator.New(coordinator.Options{Client: etcd, LeaseTTL: o.leaseTTL, Logger: log.With("part", "coordinator")})
+	coordCtx, stopCoord := context.WithCancel(context.WithoutCancel(ctx))
+	coordDone := make(chan error, 1)
+	go func() { coordDone <- serveCoordinator(coordCtx, srv, coordLis, 5*time.Second, m.ClientURL()) }()
+	defer func() { stopCoord(); <-coordDone }()
+	fmt.Fprintf(s.stderr, "coordinator: %s\n", coordLis.Addr())
+
+	w, stopWorker, err := startDevWorker(ctx, coordLis.Addr().String(), o, log)
+	if err != nil {
+		return err
+	}
+	defer stopWorker()
+	fmt.Fprintf(s.stderr, "worker: %s\n", w)
+
+	conn, err := dial.New(coordLis.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	g := gateway.New(o.options(pb.NewCoordinatorServiceClient(conn), log.With("part", "gateway")))
+	return serveGateway(ctx, s, g, &o.gatewayFlags)
+}
+
+// startDevWorker starts the demo worker and waits until it has attached.
+func startDevWorker(ctx context.Context, coord string, o *devFlags, log interface{ Warn(string, ...any) }) (string, func(), error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	w := worker.New(worker.Options{Coordinator: coord, Name: "dev-worker", DrainTimeout: o.grace})
+	demo.Register(w)
+	if o.fixtures {
+		demo.RegisterFixtures(w)
+	}
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx, lis) }()
+	stopWorker := func() { stop(); <-done }
+	select {
+	case <-w.Attached():
+		return lis.Addr().String(), stopWorker, nil
+	case err := <-done:
+		stop()
+		return "", nil, fmt.Errorf("demo worker: %w", err)
+	case <-ctx.Done():
+		stopWorker()
+		return "", nil, ctx.Err()
+	}
+}

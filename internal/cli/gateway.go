@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
+)
+
+const aboutGateway = `Runs a gateway: it speaks MCP to clients (Streamable HTTP at /mcp, or
+stdio), runs their tool calls on the workers a coordinator assigns, and turns
+every cancellation into a coordinator decision. Serves /healthz and /readyz
+beside /mcp. On SIGINT or SIGTERM it stops accepting, lets calls finish for
+--shutdown-grace, then cancels the rest (reason "shutdown").`
+
+type gatewayFlags struct {
+	http, coordinator, name, origins string
+	stdio                            bool
+	callTimeout, grace, ping         time.Duration
+	scopeLimit, globalLimit          int
+	logLevel                         *slog.Level
+}
+
+func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
+	f.fs.StringVar(&o.http, "http", "127.0.0.1:7800", "`HOST:PORT` to serve MCP Streamable HTTP on (at /mcp)")
+	f.fs.BoolVar(&o.stdio, "stdio", false, "speak MCP on stdin/stdout instead of HTTP (logs go to stderr)")
+	if withCoordinator {
+		f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
+	}
+	f.fs.StringVar(&o.name, "name", "", "this gateway replica's `name` in call records (default: generated)")
+	f.fs.StringVar(&o.origins, "allowed-origins", "", "comma-separated `origins` browsers may call from, besides loopback (DNS-rebinding protection)")
+	f.fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Minute, "longest a tool call may run before it is cancelled (reason \"timeout\")")
+	f.fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long shutdown lets calls in flight finish before cancelling them")
+	f.fs.DurationVar(&o.ping, "ping-interval", 0, "ping clients that can hear the gateway this often; 0 never")
+	f.fs.IntVar(&o.scopeLimit, "scope-limit", 256, "most calls in flight per session or connection")
+	f.fs.IntVar(&o.globalLimit, "global-limit", 10000, "most calls in flight on this gateway")
+	o.logLevel = f.logLevel()
+}
+
+func (o *gatewayFlags) check() error {
+	switch {
+	case o.callTimeout <= 0 || o.grace <= 0:
+		return usageError{errors.New("--call-timeout and --shutdown-grace must be positive")}
+	case o.scopeLimit <= 0 || o.globalLimit <= 0:
+		return usageError{errors.New("--scope-limit and --global-limit must be positive")}
+	}
+	return nil
+}
+
+func (o *gatewayFlags) options(coord pb.CoordinatorServiceClient, log *slog.Logger) gateway.Options {
+	var origins []string
+	for _, s := range strings.Split(o.origins, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			origins = append(origins, s)
+		}
+	}
+	return gateway.Options{
+		Coordinator: coord, Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit,
+		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: version(), Logger: log,
+	}
+}
+
+func runGateway(ctx context.Context, s streams, args []string) error {
+	o := &gatewayFlags{}
+	f := newFlags(s, "gateway", aboutGateway)
+	o.register(f, true)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	conn, err := dial.New(o.coordinator)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	log := newLogger(s.stderr, *o.logLevel)
+	g := gateway.New(o.options(pb.NewCoordinatorServiceClient(conn), log))
+	return serveGateway(ctx, s, g, o)
+}
+
+// serveGateway runs g on stdio or HTTP until ctx is done or stdin ends.
+func serveGateway(ctx context.Context, s streams, g *gateway.Gateway, o *gatewayFlags) error {
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	var eg errgroup.Group
+	eg.Go(func() error { return g.Run(runCtx) })
+	var err error
+	if o.stdio {
+		err = g.ServeStdio(ctx, os.Stdin, s.stdout)
+		g.Close()
+	} else {
+		var lis net.Listener
+		if lis, err = net.Listen("tcp", o.http); err == nil {
+			fmt.Fprintf(s.stderr, "mcp: http://%s/mcp\n", lis.Addr())
+			err = g.ServeHTTP(ctx, lis, o.grace)
+		}
+	}
+	stopRun()
+	eg.Wait()
+	return err
+}
