@@ -32,7 +32,9 @@ const (
 // Handler returns the Streamable HTTP handler for the MCP endpoint. It
 // serves the 2025 revisions (sessions, GET stream, DELETE) and 2026-07-28
 // (stateless; closing a request's stream cancels it) side by side.
-func (g *Gateway) Handler() http.Handler { return &httpTransport{g: g, sessions: map[string]*session{}} }
+func (g *Gateway) Handler() http.Handler {
+	return &httpTransport{g: g, sessions: map[string]*session{}}
+}
 
 type httpTransport struct {
 	g *Gateway

@@ -146,7 +146,9 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 
 // remoteCalls says whether another replica may run calls of this scope:
 // only 2025 HTTP sessions span replicas.
-func (s *session) remoteCalls() bool { return len(s.scope) > len("session:") && s.scope[:8] == "session:" }
+func (s *session) remoteCalls() bool {
+	return len(s.scope) > len("session:") && s.scope[:8] == "session:"
+}
 
 // register records a request before any remote work starts.
 func (s *session) register(c *call) *jsonrpc.Error {
