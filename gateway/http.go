@@ -263,10 +263,11 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request) {
 			s.setNotifier(nil)
 		}
 	}()
-	select {
-	case <-r.Context().Done():
-	case <-h.g.base.Done():
-	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(h.g.base, cancel)()
+	s.pingLoop(ctx, h.g.opts.PingInterval)
+	<-ctx.Done()
 }
 
 // delete ends a session: its calls on every replica are cancelled.

@@ -25,6 +25,8 @@ var SupportedVersions = append([]string{Version20260728}, legacyVersions...)
 // metaVersion is the _meta key of a 2026-07-28 request's version.
 const metaVersion = "io.modelcontextprotocol/protocolVersion"
 
+const instructions = "Tools run on a worker fleet behind mcpcancel; cancelling a call stops it on its worker."
+
 var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed", nil)
 
 func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
@@ -79,7 +81,7 @@ func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
 		"protocolVersion": v,
 		"capabilities":    capabilities(),
 		"serverInfo":      s.g.serverInfo(),
-		"instructions":    "Tools run on a worker fleet behind mcpcancel; cancelling a call stops it on its worker.",
+		"instructions":    instructions,
 	}, nil
 }
 
@@ -97,9 +99,11 @@ func (g *Gateway) serverInfo() map[string]any {
 // discover answers 2026-07-28's server/discover.
 func (s *session) discover() any {
 	return map[string]any{
+		"resultType":        "complete",
 		"supportedVersions": SupportedVersions,
 		"capabilities":      capabilities(),
-		"serverInfo":        s.g.serverInfo(),
+		"instructions":      instructions,
+		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": s.g.serverInfo()},
 	}
 }
 

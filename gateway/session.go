@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"time"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
@@ -221,4 +222,27 @@ func requestID(id jsonrpc.ID) *pb.RequestId {
 		return &pb.RequestId{Kind: &pb.RequestId_Text{Text: id.Str()}}
 	}
 	return &pb.RequestId{Kind: &pb.RequestId_Number{Number: id.Num()}}
+}
+
+// pingLoop pings the client every interval until ctx is done. A client
+// that does not answer within the interval is only logged: pings are
+// liveness hints, not a reason to cancel anything.
+func (s *session) pingLoop(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		if err := s.ping(pctx); err != nil && ctx.Err() == nil {
+			s.g.log.Debug("client did not answer a ping", "scope", s.scope, "err", err)
+		}
+		cancel()
+	}
 }

@@ -44,6 +44,9 @@ func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) erro
 	var calls sync.WaitGroup
 	defer calls.Wait()
 	defer s.cancelAll(pb.Initiator_INITIATOR_DISCONNECT, "stdio connection closed")
+	pingCtx, stopPing := context.WithCancel(ctx)
+	defer stopPing()
+	calls.Go(func() { s.pingLoop(pingCtx, g.opts.PingInterval) })
 
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)

@@ -1,0 +1,268 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).purgeFile"),
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
+		// Idle keep-alive connections of the test's HTTP clients.
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+const prefix = "/mcpcancel/v1/"
+
+// stack is the whole system on loopback: etcd, a coordinator, a worker
+// with the demo tools, and one or more gateways serving HTTP.
+type stack struct {
+	cli      *clientv3.Client
+	coord    *testcluster.Coordinator
+	c        pb.CoordinatorServiceClient
+	w        *testcluster.Worker
+	gateways []*gateway.Gateway
+	urls     []string
+}
+
+type stackOptions struct {
+	gateways int
+	gw       gateway.Options
+}
+
+func newStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	cl := etcdtest.Single(t)
+	st := &stack{cli: cl.Client()}
+	st.coord = testcluster.StartCoordinator(t, st.cli, coordinator.Options{})
+	st.c = st.coord.Client(t)
+	st.w = testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w1"}, demo.Register)
+	for range max(o.gateways, 1) {
+		gopts := o.gw
+		gopts.Coordinator = st.c
+		g := gateway.New(gopts)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); g.Run(ctx) }()
+		srv := httptest.NewServer(g.Mux())
+		t.Cleanup(func() {
+			g.Close()
+			srv.CloseClientConnections()
+			srv.Close()
+			cancel()
+			<-done
+		})
+		st.gateways = append(st.gateways, g)
+		st.urls = append(st.urls, srv.URL+"/mcp")
+	}
+	return st
+}
+
+// audits reads the audit records of calls in a scope, by request id.
+func (st *stack) audits(t *testing.T, scope string) map[string][]*coordinator.AuditRecord {
+	t.Helper()
+	resp, err := st.cli.Get(t.Context(), prefix+"audit/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]*coordinator.AuditRecord{}
+	for _, kv := range resp.Kvs {
+		var a coordinator.AuditRecord
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Scope == scope {
+			out[string(a.RequestID)] = append(out[string(a.RequestID)], &a)
+		}
+	}
+	return out
+}
+
+// allAudits reads every audit record, by call id.
+func (st *stack) allAudits(t *testing.T) map[string][]*coordinator.AuditRecord {
+	t.Helper()
+	resp, err := st.cli.Get(t.Context(), prefix+"audit/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]*coordinator.AuditRecord{}
+	for _, kv := range resp.Kvs {
+		var a coordinator.AuditRecord
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		out[a.CallID] = append(out[a.CallID], &a)
+	}
+	return out
+}
+
+func (st *stack) revision(t *testing.T) int64 {
+	t.Helper()
+	resp, err := st.cli.Get(t.Context(), "revision-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// wire records every JSON-RPC message that crossed an HTTP client, in
+// both directions, as the bytes were: the SDKs hide late responses.
+type wire struct {
+	mu      sync.Mutex
+	msgs    []wireMsg
+	session string // the Mcp-Session-Id the server gave
+}
+
+func (w *wire) sessionID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.session
+}
+
+type wireMsg struct {
+	out  bool // client to server
+	at   time.Time
+	body map[string]any
+}
+
+func (w *wire) add(out bool, b []byte) {
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return
+	}
+	w.mu.Lock()
+	w.msgs = append(w.msgs, wireMsg{out: out, at: time.Now(), body: m})
+	w.mu.Unlock()
+}
+
+func (w *wire) snapshot() []wireMsg {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]wireMsg(nil), w.msgs...)
+}
+
+// client returns an HTTP client that records the wire.
+func (w *wire) client() *http.Client {
+	return &http.Client{Transport: &recorder{w: w, rt: http.DefaultTransport}}
+}
+
+type recorder struct {
+	w  *wire
+	rt http.RoundTripper
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.w.add(true, b)
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	resp, err := r.rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+		r.w.mu.Lock()
+		r.w.session = id
+		r.w.mu.Unlock()
+	}
+	pr, pw := io.Pipe()
+	body := resp.Body
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	go func() { // owned by the response body: ends when it does
+		defer body.Close()
+		if !sse {
+			b, err := io.ReadAll(body)
+			r.w.add(false, b)
+			pw.Write(b)
+			pw.CloseWithError(err)
+			return
+		}
+		br := bufio.NewReader(body)
+		for {
+			line, err := br.ReadBytes('\n')
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				r.w.add(false, bytes.TrimSpace(data))
+			}
+			if len(line) > 0 {
+				if _, werr := pw.Write(line); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	resp.Body = pr
+	return resp, nil
+}
+
+// responsesTo lists the responses (results or errors) for a request id.
+func responsesTo(msgs []wireMsg, id any) []wireMsg {
+	var out []wireMsg
+	for _, m := range msgs {
+		if !m.out && m.body["method"] == nil && sameID(m.body["id"], id) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func sameID(a, b any) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// requestID finds the id the client gave its tools/call of a tool.
+func requestIDOf(msgs []wireMsg, tool string) any {
+	for _, m := range msgs {
+		if m.out && m.body["method"] == "tools/call" {
+			if p, _ := m.body["params"].(map[string]any); p["name"] == tool {
+				return m.body["id"]
+			}
+		}
+	}
+	return nil
+}
