@@ -60,6 +60,10 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	st.coord = testcluster.StartCoordinator(t, st.cli, coordinator.Options{})
 	st.c = st.coord.Client(t)
 	st.w = testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w1"}, demo.Register)
+	waitFor(t, "the demo tools", func() bool {
+		resp, err := st.c.ListTools(t.Context(), nil)
+		return err == nil && len(resp.Tools) >= 3
+	})
 	for range max(o.gateways, 1) {
 		gopts := o.gw
 		gopts.Coordinator = st.c

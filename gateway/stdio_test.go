@@ -1,0 +1,157 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpcancel/mcpcancel/gateway"
+)
+
+// stdioConn is a client speaking raw JSON lines to ServeStdio.
+type stdioConn struct {
+	in    *io.PipeWriter
+	lines chan map[string]any
+	done  chan error
+}
+
+func serveStdio(t *testing.T, g *gateway.Gateway) *stdioConn {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &stdioConn{in: inW, lines: make(chan map[string]any, 1000), done: make(chan error, 1)}
+	go func() { // owned: ends when stdin is closed (below, or in the test)
+		c.done <- g.ServeStdio(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	go func() { // owned: ends when ServeStdio closes stdout
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("gateway wrote a non-JSON line: %q", sc.Text())
+				continue
+			}
+			c.lines <- m
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		<-c.done
+	})
+	return c
+}
+
+func (c *stdioConn) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next returns the next message that is not a gateway ping.
+func (c *stdioConn) next(t *testing.T) map[string]any {
+	t.Helper()
+	for {
+		select {
+		case m := <-c.lines:
+			if m["method"] == "ping" {
+				continue
+			}
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no message from the gateway")
+			return nil
+		}
+	}
+}
+
+// Over stdio: a client cancel naming the id of a gateway-issued ping does
+// nothing; 1 and "1" are different requests; malformed cancels are ignored
+// without reply and without an etcd write; the connection keeps working;
+// and EOF cancels what is still running.
+func TestStdioCancellationRules(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: 20 * time.Millisecond})
+	t.Cleanup(func() { g.Close() })
+	c := serveStdio(t, g)
+	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if m := c.next(t); m["result"] == nil {
+		t.Fatalf("initialize = %v", m)
+	}
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	// The gateway pings; the client cancels the ping's id: nothing happens.
+	var ping map[string]any
+	for m := range c.lines {
+		if m["method"] == "ping" {
+			ping = m
+			break
+		}
+	}
+	pingID, _ := json.Marshal(ping["id"])
+	before := st.revision(t)
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+string(pingID)+`}}`)
+	c.send(t, `{"jsonrpc":"2.0","id":`+string(pingID)+`,"result":{}}`) // the client answers the ping
+
+	// Call 1 runs; a cancel naming "1" (a string) must not touch it.
+	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":0.3,"steps":1}}}`)
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"1","reason":"wrong type"}}`)
+	// Malformed cancellations, all ignored without a reply.
+	for _, bad := range []string{
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"` + strings.Repeat("x", 257) + `"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1]}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1.5}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99,"reason":"\u001b[2J\u0000"}}`,
+	} {
+		c.send(t, bad)
+	}
+	m := c.next(t)
+	if m["id"] != float64(1) || m["result"] == nil {
+		t.Fatalf("call 1 should complete untouched; got %v", m)
+	}
+	if after := st.revision(t); after != before+2 {
+		// exactly call 1's Begin and Complete
+		t.Fatalf("etcd revision moved by %d, want 2 (Begin and Complete of call 1)", after-before)
+	}
+	// The connection still works.
+	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if m := c.next(t); m["id"] != float64(2) || m["result"] == nil {
+		t.Fatalf("ping = %v", m)
+	}
+	// EOF cancels what is still running, with the reason recorded.
+	c.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":30,"steps":300}}}`)
+	waitFor(t, "call 3 to run", func() bool {
+		resp, err := st.c.ListWorkers(t.Context(), nil)
+		return err == nil && resp.Workers[0].InFlight == 1
+	})
+	c.in.Close()
+	if err := <-c.done; err != nil {
+		t.Fatal(err)
+	}
+	c.done <- nil // for the cleanup
+	for m := range c.lines {
+		if m["id"] == float64(3) {
+			t.Fatalf("call 3 was answered after EOF: %v", m)
+		}
+	}
+	var found bool
+	for _, as := range st.allAudits(t) {
+		if as[0].Tool == "sleep" && string(as[0].RequestID) == "3" {
+			found = true
+			if len(as) != 1 || as[0].Outcome != "cancelled" || as[0].Initiator != "disconnect" {
+				t.Fatalf("call 3 audit = %+v", as[0])
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no audit record for call 3")
+	}
+}
