@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
 )
 
 // connect opens a Go SDK client session to a gateway, recording the wire.
@@ -149,4 +153,45 @@ func textOf(r *mcp.CallToolResult) string {
 		return tc.Text
 	}
 	return ""
+}
+
+// A worker with a new tool joins: clients that can hear the gateway are
+// told the tool list changed (2025: on the GET stream; 2026: on
+// subscriptions/listen), and the new tool is listed.
+func TestToolsListChanged(t *testing.T) {
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			st := newStack(t, stackOptions{})
+			changed := make(chan struct{}, 10)
+			c := mcp.NewClient(&mcp.Implementation{Name: "gosdk-test", Version: "1"}, &mcp.ClientOptions{
+				ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+			})
+			cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: st.urls[0], MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cs.Close() })
+			testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w2"}, func(w *worker.Worker) {
+				w.Handle(worker.Tool{Name: "newcomer"}, func(context.Context, *worker.Call) (*worker.Result, error) {
+					return worker.Text("hello"), nil
+				})
+			})
+			select {
+			case <-changed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no notifications/tools/list_changed")
+			}
+			res, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tl := range res.Tools {
+				names = append(names, tl.Name)
+			}
+			if !slices.Contains(names, "newcomer") {
+				t.Fatalf("tools = %v", names)
+			}
+		})
+	}
 }

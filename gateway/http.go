@@ -170,6 +170,7 @@ func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *js
 func (h *httpTransport) answer(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
 	if m.Method == "tools/call" && acceptsSSE(r) {
 		out := newSSE(w)
+		defer out.close()
 		s.handle(r.Context(), m, out)
 		return
 	}
@@ -253,6 +254,7 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := newSSE(w)
+	defer out.close()
 	out.open()
 	s.setNotifier(out)
 	defer func() {
@@ -304,12 +306,17 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 	}
 	s := newSession(h.g, "stream:"+randomToken(16), anonymous)
 	s.modern = true
+	if m.Method == "subscriptions/listen" {
+		h.listen(w, r, s, m)
+		return
+	}
 	if m.Method != "tools/call" || !acceptsSSE(r) {
 		out := &jsonSink{w: w}
 		s.handle(r.Context(), m, out)
 		return
 	}
 	out := newSSE(w)
+	defer out.close()
 	done := make(chan struct{})
 	go func() { // owned: ends when the call does or the stream closes, and we wait for it
 		defer close(done)
@@ -443,6 +450,45 @@ func (s *sseSink) send(msg []byte) bool {
 // finish marks the stream done: nothing more will be written.
 func (s *sseSink) finish() { s.once.Do(func() { close(s.finished) }) }
 
+// close stops all writes; the handler calls it before it returns, since
+// the ResponseWriter must not be used after.
+func (s *sseSink) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.broken = true
+}
+
 var errNoSession = errors.New("gateway: no session")
 
 var _ = errNoSession
+
+// listen serves 2026-07-28's subscriptions/listen: a long-lived stream
+// carrying the change notifications the client opted in to. The gateway
+// has one kind to offer, notifications/tools/list_changed.
+func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
+	var p struct {
+		Notifications struct {
+			ToolsListChanged bool `json:"toolsListChanged"`
+		} `json:"notifications"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params"))
+		return
+	}
+	out := newSSE(w)
+	defer out.close()
+	granted := map[string]any{}
+	if p.Notifications.ToolsListChanged {
+		granted["toolsListChanged"] = true
+	}
+	out.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
+	if p.Notifications.ToolsListChanged {
+		s.setNotifier(out)
+		defer s.setNotifier(nil)
+	}
+	select {
+	case <-r.Context().Done():
+	case <-h.g.base.Done():
+		out.send(jsonrpc.Response(m.ID, map[string]any{}))
+	}
+}

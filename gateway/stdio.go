@@ -32,6 +32,13 @@ func (l *lineSink) send(msg []byte) bool {
 	return true
 }
 
+// close stops all writes.
+func (l *lineSink) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.broken = true
+}
+
 // ServeStdio serves one client speaking MCP over r and w (newline-delimited
 // JSON-RPC) until r ends or ctx is done. Then the connection's calls still
 // in flight are cancelled (reason: the connection closed) and ServeStdio
@@ -40,6 +47,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) erro
 	s := newSession(g, "conn:"+randomToken(12), anonymous)
 	out := &lineSink{w: w}
 	s.setNotifier(out)
+	defer out.close()
 	defer s.setNotifier(nil)
 	var calls sync.WaitGroup
 	defer calls.Wait()
