@@ -65,7 +65,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 		return err
 	}
 	defer m.Close()
-	fmt.Fprintf(s.stderr, "etcd: %s\n", m.ClientURL())
+	fmt.Fprintf(s.stderr, "etcd: %s (data in %s)\n", m.ClientURL(), dir)
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, Logger: zap.NewNop()})
 	if err != nil {
 		return err

@@ -1,0 +1,99 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// TestDevOverHTTP runs `mcpcancel dev`, talks MCP to it with the Go SDK
+// client, cancels a call and finds it audited, then stops it with SIGTERM:
+// it exits 0 and removes its temporary data directory.
+func TestDevOverHTTP(t *testing.T) {
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0")
+	etcdLine := p.waitLine(t, "etcd: ")
+	coordAddr := p.waitLine(t, "coordinator: ")
+	url := p.waitLine(t, "mcp: ")
+	dataDir := strings.TrimSuffix(etcdLine[strings.Index(etcdLine, "(data in ")+len("(data in "):], ")")
+
+	c := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
+	if err != nil || res.Content[0].(*mcp.TextContent).Text != "hi" {
+		t.Fatalf("echo = %v, %v", res, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	progressed := make(chan struct{}, 1)
+	c2 := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case progressed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	cs2, err := c2.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	params := &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 30, "steps": 300}}
+	params.SetProgressToken("p")
+	go func() { _, err := cs2.CallTool(ctx, params); errc <- err }()
+	<-progressed
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("sleep = %v", err)
+	}
+	client := pb.NewCoordinatorServiceClient(dial(t, coordAddr))
+	poll(t, "the cancelled record", func() bool {
+		resp, err := client.ListAudit(t.Context(), &pb.ListAuditRequest{Outcome: "cancelled"})
+		return err == nil && len(resp.Records) == 1 && resp.Records[0].Tool == "sleep"
+	})
+	cs.Close()
+	cs2.Close()
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("dev exited %d after SIGTERM", code)
+	}
+	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("data dir %s left behind: %v", dataDir, err)
+	}
+}
+
+// TestDevOverStdio speaks MCP to `mcpcancel dev --stdio` on its stdin and
+// stdout with the Go SDK's command transport; logs stay on stderr.
+func TestDevOverStdio(t *testing.T) {
+	cmd := command("dev", "--stdio")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	c := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatalf("connect: %v\nstderr:\n%s", err, stderr.String())
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "over stdio"}})
+	if err != nil || res.Content[0].(*mcp.TextContent).Text != "over stdio" {
+		t.Fatalf("echo = %v, %v\nstderr:\n%s", res, err, stderr.String())
+	}
+	if err := cs.Close(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("close: %v", err)
+		}
+	}
+	if !strings.Contains(stderr.String(), "coordinator: ") {
+		t.Fatalf("endpoint lines missing from stderr:\n%s", stderr.String())
+	}
+}
