@@ -163,6 +163,8 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) {
 		switch e := ev.GetEvent().(type) {
 		case *pb.ExecuteResponse_Progress:
 			c.progress(e.Progress)
+		case *pb.ExecuteResponse_Log:
+			c.log(e.Log)
 		case *pb.ExecuteResponse_Result:
 			c.respond(jsonrpc.Response(c.id, json.RawMessage(e.Result.GetResultJson())))
 			return
@@ -292,6 +294,24 @@ func (c *call) progress(p *pb.Progress) {
 		params["message"] = p.GetMessage()
 	}
 	msg := jsonrpc.Notification("notifications/progress", params)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == running {
+		c.reply.send(msg)
+	}
+}
+
+// log relays a worker's log message while the gate is open and the
+// session's level lets it through.
+func (c *call) log(l *pb.LogMessage) {
+	if !c.s.logs(l.GetLevel()) {
+		return
+	}
+	params := map[string]any{"level": l.GetLevel(), "data": json.RawMessage(l.GetDataJson())}
+	if l.GetLogger() != "" {
+		params["logger"] = l.GetLogger()
+	}
+	msg := jsonrpc.Notification("notifications/message", params)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state == running {

@@ -109,6 +109,19 @@ func (s *session) discover() any {
 
 var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
 
+// logs says whether a message at level passes the level the client set
+// (everything passes until it sets one).
+func (s *session) logs(level string) bool {
+	i := slices.Index(logLevels, level)
+	if i < 0 {
+		return false
+	}
+	s.mu.Lock()
+	set := s.logLevel
+	s.mu.Unlock()
+	return set == "" || i >= slices.Index(logLevels, set)
+}
+
 func (s *session) setLevel(raw json.RawMessage) (any, *jsonrpc.Error) {
 	var p struct {
 		Level string `json:"level"`

@@ -47,6 +47,15 @@ func (c *Call) Progress(progress, total float64, message string) {
 	}
 }
 
+// Log sends an MCP log message (notifications/message) about the call to
+// its client, while the call runs. level is an MCP level name (debug,
+// info, notice, warning, error, ...); data is any JSON-encodable value.
+func (c *Call) Log(level, logger string, data any) {
+	if c.exec != nil {
+		c.exec.log(level, logger, data)
+	}
+}
+
 // Text returns a result holding one text block.
 func Text(s string) *Result {
 	return &Result{Content: []mcp.Content{&mcp.TextContent{Text: s}}}

@@ -197,6 +197,21 @@ func (e *execution) progress(p, total float64, msg string) {
 	}
 }
 
+func (e *execution) log(level, logger string, data any) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return
+	}
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	e.mu.Lock()
+	ok := e.state == running
+	e.mu.Unlock()
+	if ok {
+		e.stream.Send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Log{Log: &pb.LogMessage{Level: level, Logger: logger, DataJson: b}}})
+	}
+}
+
 // finish settles the call with the coordinator and sends the one final
 // event the outcome allows.
 func (e *execution) finish(ctx context.Context, res *Result, herr error, stoppedAt time.Time) error {

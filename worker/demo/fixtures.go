@@ -1,6 +1,83 @@
 package demo
 
-import "github.com/mcpcancel/mcpcancel/worker"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
 
-// RegisterFixtures registers the tools the MCP conformance suite calls.
-func RegisterFixtures(w *worker.Worker) {}
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+)
+
+// A one-pixel PNG and a tiny WAV, for the content-type fixtures.
+var (
+	pixelPNG = []byte{
+		0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+		0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+		0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+		0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+		0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+	}
+	silentWAV = []byte("RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x40\x1f\x00\x00\x80\x3e\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00")
+)
+
+var noArgs = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
+
+// RegisterFixtures registers the test_* tools the MCP conformance suite's
+// server scenarios call. They are for conformance runs, not for users.
+func RegisterFixtures(w *worker.Worker) {
+	fixture := func(name, desc string, h worker.Handler) {
+		w.Handle(worker.Tool{Name: name, Description: desc, InputSchema: noArgs}, h)
+	}
+	fixture("test_simple_text", "Returns a simple text content block.", fixed(worker.Text("This is a simple text response for testing.")))
+	fixture("test_image_content", "Returns an image content block.", fixed(&worker.Result{Content: []mcp.Content{image()}}))
+	fixture("test_audio_content", "Returns an audio content block.", fixed(&worker.Result{Content: []mcp.Content{
+		&mcp.AudioContent{Data: silentWAV, MIMEType: "audio/wav"},
+	}}))
+	fixture("test_embedded_resource", "Returns an embedded resource.", fixed(&worker.Result{Content: []mcp.Content{resource()}}))
+	fixture("test_multiple_content_types", "Returns text, an image and a resource.", fixed(&worker.Result{Content: []mcp.Content{
+		&mcp.TextContent{Text: "Multiple content types test:"}, image(), resource(),
+	}}))
+	fixture("test_error_handling", "Always fails with a tool error.", fixed(worker.Errorf("This tool intentionally returns an error for testing")))
+	fixture("test_tool_with_logging", "Sends three log messages while it runs.", withLogging)
+	fixture("test_tool_with_progress", "Reports progress three times.", withProgress)
+}
+
+func fixed(r *worker.Result) worker.Handler {
+	return func(context.Context, *worker.Call) (*worker.Result, error) { return r, nil }
+}
+
+func image() mcp.Content { return &mcp.ImageContent{Data: pixelPNG, MIMEType: "image/png"} }
+
+func resource() mcp.Content {
+	return &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
+		URI: "test://embedded-resource", MIMEType: "text/plain", Text: "This is an embedded resource content.",
+	}}
+}
+
+func withLogging(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+	for i, msg := range []string{"Tool execution started", "Tool processing data", "Tool execution completed"} {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c.Log("info", "conformance", fmt.Sprintf("%s (%d of 3)", msg, i+1))
+		if err := sleepUntil(ctx, timeAfter(50)); err != nil {
+			return nil, err
+		}
+	}
+	return worker.Text("Tool with logging executed successfully"), nil
+}
+
+func withProgress(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+	for i := range 3 {
+		c.Progress(float64(i*50), 100, fmt.Sprintf("step %d of 3", i+1))
+		if err := sleepUntil(ctx, timeAfter(50)); err != nil {
+			return nil, err
+		}
+	}
+	return worker.Text("Tool with progress executed successfully"), nil
+}
+
+func timeAfter(ms int) time.Time { return time.Now().Add(time.Duration(ms) * time.Millisecond) }

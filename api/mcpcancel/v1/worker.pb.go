@@ -116,6 +116,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Result
 	//	*ExecuteResponse_Cancelled
 	//	*ExecuteResponse_Failed
+	//	*ExecuteResponse_Log
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -194,6 +195,15 @@ func (x *ExecuteResponse) GetFailed() *Failed {
 	return nil
 }
 
+func (x *ExecuteResponse) GetLog() *LogMessage {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -214,6 +224,10 @@ type ExecuteResponse_Failed struct {
 	Failed *Failed `protobuf:"bytes,4,opt,name=failed,proto3,oneof"`
 }
 
+type ExecuteResponse_Log struct {
+	Log *LogMessage `protobuf:"bytes,5,opt,name=log,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Progress) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
@@ -221,6 +235,71 @@ func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
 func (*ExecuteResponse_Cancelled) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Failed) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_Log) isExecuteResponse_Event() {}
+
+// LogMessage is an MCP log message about the call (notifications/message).
+type LogMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of debug, info, notice, warning, error, critical, alert, emergency.
+	Level  string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
+	Logger string `protobuf:"bytes,2,opt,name=logger,proto3" json:"logger,omitempty"`
+	// Any JSON value.
+	DataJson      []byte `protobuf:"bytes,3,opt,name=data_json,json=dataJson,proto3" json:"data_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogMessage) Reset() {
+	*x = LogMessage{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogMessage) ProtoMessage() {}
+
+func (x *LogMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
+func (*LogMessage) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LogMessage) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *LogMessage) GetLogger() string {
+	if x != nil {
+		return x.Logger
+	}
+	return ""
+}
+
+func (x *LogMessage) GetDataJson() []byte {
+	if x != nil {
+		return x.DataJson
+	}
+	return nil
+}
 
 type Progress struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -234,7 +313,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +325,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +338,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -294,7 +373,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +385,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +398,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExecuteResult) GetResultJson() []byte {
@@ -340,7 +419,7 @@ type Cancelled struct {
 
 func (x *Cancelled) Reset() {
 	*x = Cancelled{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +431,7 @@ func (x *Cancelled) String() string {
 func (*Cancelled) ProtoMessage() {}
 
 func (x *Cancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +444,7 @@ func (x *Cancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancelled.ProtoReflect.Descriptor instead.
 func (*Cancelled) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Cancelled) GetReason() string {
@@ -391,7 +470,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +482,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +495,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Failed) GetReason() string {
@@ -437,13 +516,19 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x12%\n" +
 	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
-	"\bprogress\x18\x06 \x01(\bR\bprogress\"\xf0\x01\n" +
+	"\bprogress\x18\x06 \x01(\bR\bprogress\"\x9e\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
 	"\tcancelled\x18\x03 \x01(\v2\x17.mcpcancel.v1.CancelledH\x00R\tcancelled\x12.\n" +
-	"\x06failed\x18\x04 \x01(\v2\x14.mcpcancel.v1.FailedH\x00R\x06failedB\a\n" +
-	"\x05event\"V\n" +
+	"\x06failed\x18\x04 \x01(\v2\x14.mcpcancel.v1.FailedH\x00R\x06failed\x12,\n" +
+	"\x03log\x18\x05 \x01(\v2\x18.mcpcancel.v1.LogMessageH\x00R\x03logB\a\n" +
+	"\x05event\"W\n" +
+	"\n" +
+	"LogMessage\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\x12\x16\n" +
+	"\x06logger\x18\x02 \x01(\tR\x06logger\x12\x1b\n" +
+	"\tdata_json\x18\x03 \x01(\fR\bdataJson\"V\n" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
@@ -472,31 +557,33 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 	return file_mcpcancel_v1_worker_proto_rawDescData
 }
 
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(*ExecuteRequest)(nil),        // 0: mcpcancel.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),       // 1: mcpcancel.v1.ExecuteResponse
-	(*Progress)(nil),              // 2: mcpcancel.v1.Progress
-	(*ExecuteResult)(nil),         // 3: mcpcancel.v1.ExecuteResult
-	(*Cancelled)(nil),             // 4: mcpcancel.v1.Cancelled
-	(*Failed)(nil),                // 5: mcpcancel.v1.Failed
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(Initiator)(0),                // 7: mcpcancel.v1.Initiator
+	(*LogMessage)(nil),            // 2: mcpcancel.v1.LogMessage
+	(*Progress)(nil),              // 3: mcpcancel.v1.Progress
+	(*ExecuteResult)(nil),         // 4: mcpcancel.v1.ExecuteResult
+	(*Cancelled)(nil),             // 5: mcpcancel.v1.Cancelled
+	(*Failed)(nil),                // 6: mcpcancel.v1.Failed
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(Initiator)(0),                // 8: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	6, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	2, // 1: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
-	3, // 2: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
-	4, // 3: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
-	5, // 4: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	7, // 5: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	0, // 6: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	1, // 7: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	7, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	3, // 1: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
+	4, // 2: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
+	5, // 3: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
+	6, // 4: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
+	2, // 5: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
+	8, // 6: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	0, // 7: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	1, // 8: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	8, // [8:9] is the sub-list for method output_type
+	7, // [7:8] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -510,6 +597,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*ExecuteResponse_Result)(nil),
 		(*ExecuteResponse_Cancelled)(nil),
 		(*ExecuteResponse_Failed)(nil),
+		(*ExecuteResponse_Log)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -517,7 +605,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
