@@ -33,10 +33,12 @@ const (
 
 // call is one tools/call in flight, from registration to its end.
 type call struct {
-	s     *session
-	id    jsonrpc.ID
-	reply sink
-	token json.RawMessage // the client's progress token, if any
+	s        *session
+	id       jsonrpc.ID
+	reply    sink
+	token    json.RawMessage // the client's progress token, if any
+	modern   bool            // 2026-07-28: results say resultType
+	logLevel string          // 2026-07-28: the request's own log level; none means no logs
 
 	mu       sync.Mutex
 	state    int
@@ -57,6 +59,7 @@ type callParams struct {
 	Arguments json.RawMessage `json:"arguments"`
 	Meta      struct {
 		ProgressToken json.RawMessage `json:"progressToken"`
+		LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
 	} `json:"_meta"`
 }
 
@@ -73,7 +76,7 @@ func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
 		return
 	}
-	c := &call{s: s, id: m.ID, reply: reply}
+	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -120,7 +123,7 @@ func (c *call) beginFailed(err error, tool string) {
 	case "DUPLICATE_REQUEST_ID":
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
 	case "NO_CAPACITY":
-		c.respond(jsonrpc.Response(c.id, toolError("every worker offering %s is busy; try again shortly", tool)))
+		c.respond(c.result(toolError("every worker offering %s is busy; try again shortly", tool)))
 	default:
 		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "tool", tool, "err", err)
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
@@ -166,10 +169,10 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) {
 		case *pb.ExecuteResponse_Log:
 			c.log(e.Log)
 		case *pb.ExecuteResponse_Result:
-			c.respond(jsonrpc.Response(c.id, json.RawMessage(e.Result.GetResultJson())))
+			c.respond(c.result(json.RawMessage(e.Result.GetResultJson())))
 			return
 		case *pb.ExecuteResponse_Failed:
-			c.respond(jsonrpc.Response(c.id, toolError("the tool failed: %s", e.Failed.GetReason())))
+			c.respond(c.result(toolError("the tool failed: %s", e.Failed.GetReason())))
 			return
 		case *pb.ExecuteResponse_Cancelled:
 			c.cancelledBy(e.Cancelled.GetInitiator())
@@ -191,13 +194,13 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) {
 	switch {
 	case err != nil:
 		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)
-		c.respond(jsonrpc.Response(c.id, toolError("the worker running this call was lost")))
+		c.respond(c.result(toolError("the worker running this call was lost")))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
 		c.cancelledBy(pb.Initiator_INITIATOR_UNSPECIFIED)
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
-		c.respond(jsonrpc.Response(c.id, toolError("the tool completed but its result was lost on the way back")))
+		c.respond(c.result(toolError("the tool completed but its result was lost on the way back")))
 	default:
-		c.respond(jsonrpc.Response(c.id, toolError("the worker running this call was lost")))
+		c.respond(c.result(toolError("the worker running this call was lost")))
 	}
 }
 
@@ -246,7 +249,7 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 // waiting, and gets an error result.
 func (c *call) cancelledBy(who pb.Initiator) {
 	if who == pb.Initiator_INITIATOR_TIMEOUT {
-		c.respond(jsonrpc.Response(c.id, toolError("the call timed out after %v and was cancelled", c.s.g.opts.CallTimeout)))
+		c.respond(c.result(toolError("the call timed out after %v and was cancelled", c.s.g.opts.CallTimeout)))
 	} else {
 		c.mu.Lock()
 		if c.state == running {
@@ -304,7 +307,7 @@ func (c *call) progress(p *pb.Progress) {
 // log relays a worker's log message while the gate is open and the
 // session's level lets it through.
 func (c *call) log(l *pb.LogMessage) {
-	if !c.s.logs(l.GetLevel()) {
+	if c.modern && !levelPasses(l.GetLevel(), c.logLevel) || !c.modern && !c.s.logs(l.GetLevel()) {
 		return
 	}
 	params := map[string]any{"level": l.GetLevel(), "data": json.RawMessage(l.GetDataJson())}
@@ -317,6 +320,17 @@ func (c *call) log(l *pb.LogMessage) {
 	if c.state == running {
 		c.reply.send(msg)
 	}
+}
+
+// result encodes the call's response, in the client's revision.
+func (c *call) result(v any) []byte {
+	if !c.modern {
+		return jsonrpc.Response(c.id, v)
+	}
+	if raw, ok := v.(json.RawMessage); ok {
+		return jsonrpc.Response(c.id, completeRaw(raw))
+	}
+	return jsonrpc.Response(c.id, complete("tools/call", v))
 }
 
 // toolError is a CallToolResult with isError set.

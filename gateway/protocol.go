@@ -30,6 +30,11 @@ const instructions = "Tools run on a worker fleet behind mcpcancel; cancelling a
 var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed", nil)
 
 func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
+	if m.Method == "server/discover" || metaProtocolVersion(m.Params) == Version20260728 {
+		s.mu.Lock()
+		s.modern = true // this client speaks 2026-07-28
+		s.mu.Unlock()
+	}
 	if m.Method == "tools/call" {
 		s.handleCall(m, reply)
 		return
@@ -39,7 +44,44 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, rpcErr))
 		return
 	}
+	if s.isModern() {
+		result = complete(m.Method, result)
+	}
 	reply.send(jsonrpc.Response(m.ID, result))
+}
+
+func (s *session) isModern() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.modern
+}
+
+// complete marks a 2026-07-28 result final, as that revision requires;
+// cacheable lists say they must not be cached, since tools come and go.
+func complete(method string, result any) any {
+	m, ok := result.(map[string]any)
+	if !ok {
+		m = map[string]any{}
+	}
+	m["resultType"] = "complete"
+	if method == "tools/list" {
+		m["ttlMs"], m["cacheScope"] = 0, "private"
+	}
+	return m
+}
+
+// completeRaw adds resultType to a raw result object from a worker.
+func completeRaw(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return raw
+	}
+	m["resultType"] = json.RawMessage(`"complete"`)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return b
 }
 
 func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonrpc.Error) {
@@ -47,7 +89,7 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 	case "initialize":
 		return s.initialize(m.Params)
 	case "ping":
-		return struct{}{}, nil
+		return map[string]any{}, nil
 	case "tools/list":
 		return s.toolsList(ctx)
 	case "logging/setLevel":
@@ -112,14 +154,16 @@ var logLevels = []string{"debug", "info", "notice", "warning", "error", "critica
 // logs says whether a message at level passes the level the client set
 // (everything passes until it sets one).
 func (s *session) logs(level string) bool {
-	i := slices.Index(logLevels, level)
-	if i < 0 {
-		return false
-	}
 	s.mu.Lock()
 	set := s.logLevel
 	s.mu.Unlock()
-	return set == "" || i >= slices.Index(logLevels, set)
+	return set == "" && slices.Contains(logLevels, level) || levelPasses(level, set)
+}
+
+// levelPasses says whether level is at or above min; no min passes nothing.
+func levelPasses(level, min string) bool {
+	i, j := slices.Index(logLevels, level), slices.Index(logLevels, min)
+	return i >= 0 && j >= 0 && i >= j
 }
 
 func (s *session) setLevel(raw json.RawMessage) (any, *jsonrpc.Error) {
@@ -132,7 +176,7 @@ func (s *session) setLevel(raw json.RawMessage) (any, *jsonrpc.Error) {
 	s.mu.Lock()
 	s.logLevel = p.Level
 	s.mu.Unlock()
-	return struct{}{}, nil
+	return map[string]any{}, nil
 }
 
 // mcpTool is a tool as tools/list shows it.

@@ -239,6 +239,12 @@ func (s *session) pingLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
+		s.mu.Lock()
+		legacy := s.version != "" && !s.modern // 2026-07-28 clients drop server requests
+		s.mu.Unlock()
+		if !legacy {
+			continue
+		}
 		pctx, cancel := context.WithTimeout(ctx, interval)
 		if err := s.ping(pctx); err != nil && ctx.Err() == nil {
 			s.g.log.Debug("client did not answer a ping", "scope", s.scope, "err", err)
