@@ -311,7 +311,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		return
 	}
 	if m.Method != "tools/call" || !acceptsSSE(r) {
-		out := &jsonSink{w: w}
+		out := &jsonSink{w: w, notFound: true}
 		s.handle(r.Context(), m, out)
 		return
 	}
@@ -377,6 +377,8 @@ type jsonSink struct {
 	w    http.ResponseWriter
 	mu   sync.Mutex
 	sent bool
+	// notFound answers -32601 with 404, as 2026-07-28 asks.
+	notFound bool
 }
 
 func (j *jsonSink) send(msg []byte) bool {
@@ -386,13 +388,17 @@ func (j *jsonSink) send(msg []byte) bool {
 		return false // only the response belongs here; notifications are dropped
 	}
 	var probe struct {
-		ID json.RawMessage `json:"id"`
+		ID    json.RawMessage `json:"id"`
+		Error *jsonrpc.Error  `json:"error"`
 	}
 	if json.Unmarshal(msg, &probe) != nil || probe.ID == nil {
 		return false
 	}
 	j.sent = true
 	j.w.Header().Set("Content-Type", contentJSON)
+	if j.notFound && probe.Error != nil && probe.Error.Code == jsonrpc.CodeMethodNotFound {
+		j.w.WriteHeader(http.StatusNotFound)
+	}
 	_, err := j.w.Write(msg)
 	return err == nil
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -274,5 +275,74 @@ func TestOriginValidation(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("Origin %q: %d, want %d", tc.origin, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// A 2025 POST stream that merely drops does not cancel its call (the
+// spec says it SHOULD NOT): the call runs on and completes.
+func TestDroppedPostDoesNotCancel(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	sid := openSession(t, st.urls[0])
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":0.5,"steps":5}}}`
+	ctx, drop := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.urls[0], strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop() // the client goes away mid-call
+	resp.Body.Close()
+	waitFor(t, "the call to settle", func() bool { return len(st.audits(t, "session:"+sid)["1"]) == 1 })
+	if as := st.audits(t, "session:"+sid)["1"]; as[0].Outcome != "completed" {
+		t.Fatalf("audit = %+v, want completed", as[0])
+	}
+}
+
+// Malformed input gets the JSON-RPC error it deserves; notifications are
+// never answered; unknown methods get -32601.
+func TestMalformedInput(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	sid := openSession(t, st.urls[0])
+	for _, tc := range []struct {
+		body   string
+		status int
+		code   float64
+	}{
+		{`{not json`, http.StatusBadRequest, -32700},
+		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, http.StatusBadRequest, -32600},
+		{`{"jsonrpc":"1.0","id":1,"method":"ping"}`, http.StatusBadRequest, -32600},
+		{`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, http.StatusBadRequest, -32600},
+		{`{"jsonrpc":"2.0","id":1,"method":"no/such/method"}`, http.StatusOK, -32601},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{}}}`, http.StatusOK, -32602},
+		{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nope"}}`, http.StatusOK, -32602},
+		{`{"jsonrpc":"2.0","method":"no/such/notification"}`, http.StatusAccepted, 0},
+	} {
+		status, body := post(t, st.urls[0], sid, tc.body)
+		if status != tc.status {
+			t.Errorf("%s: status %d, want %d (%s)", tc.body, status, tc.status, body)
+			continue
+		}
+		if tc.code == 0 {
+			if len(body) != 0 {
+				t.Errorf("%s: a notification was answered: %s", tc.body, body)
+			}
+			continue
+		}
+		if msgs := readSSE(bytes.NewReader(body)); len(msgs) == 1 { // tools/call answers on a stream
+			body, _ = json.Marshal(msgs[0])
+		}
+		var m struct {
+			Error struct{ Code float64 } `json:"error"`
+		}
+		if err := json.Unmarshal(body, &m); err != nil || m.Error.Code != tc.code {
+			t.Errorf("%s: answer %s, want code %v", tc.body, body, tc.code)
+		}
+	}
+	// The session still works.
+	if status, body := post(t, st.urls[0], sid, `{"jsonrpc":"2.0","id":9,"method":"ping"}`); status != http.StatusOK || !strings.Contains(string(body), `"result"`) {
+		t.Fatalf("ping after bad input: %d %s", status, body)
 	}
 }
