@@ -25,6 +25,9 @@ const (
 	hdrVersion  = "Mcp-Protocol-Version"
 	hdrMethod   = "Mcp-Method"
 	hdrName     = "Mcp-Name"
+	// HeaderScope names the scope a response's call runs in, so a client
+	// can look its calls up in the audit.
+	HeaderScope = "Mcpcancel-Scope"
 	contentJSON = "application/json"
 	contentSSE  = "text/event-stream"
 )
@@ -163,6 +166,7 @@ func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *js
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	w.Header().Set(HeaderScope, s.scope)
 	h.answer(w, r, s, m)
 }
 
@@ -199,6 +203,7 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 	h.sessions[id] = s
 	h.mu.Unlock()
 	w.Header().Set(hdrSession, id)
+	w.Header().Set(HeaderScope, s.scope)
 	out := &jsonSink{w: w}
 	s.handle(r.Context(), m, out)
 }
@@ -306,6 +311,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 	}
 	s := newSession(h.g, "stream:"+randomToken(16), anonymous)
 	s.modern = true
+	w.Header().Set(HeaderScope, s.scope)
 	if m.Method == "subscriptions/listen" {
 		h.listen(w, r, s, m)
 		return
