@@ -200,6 +200,7 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 		return
 	}
 	h.mu.Lock()
+	h.evictLocked()
 	h.sessions[id] = s
 	h.mu.Unlock()
 	w.Header().Set(hdrSession, id)
@@ -235,11 +236,30 @@ func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*sess
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s = h.sessions[id]; s == nil {
+		h.evictLocked()
 		s = newSession(h.g, coordinator.SessionScopePrefix+id, principal)
 		s.version = resp.GetSession().GetProtocolVersion()
 		h.sessions[id] = s
 	}
 	return s, 0
+}
+
+// maxCachedSessions bounds the sessions a replica keeps in memory. The
+// map is a cache: etcd has every session, so an evicted one is fetched
+// again on its next request.
+const maxCachedSessions = 10000
+
+// evictLocked drops idle sessions (no calls, no open stream) once the
+// cache is full.
+func (h *httpTransport) evictLocked() {
+	if len(h.sessions) < maxCachedSessions {
+		return
+	}
+	for id, s := range h.sessions {
+		if s.idle() {
+			delete(h.sessions, id)
+		}
+	}
 }
 
 // get opens a session's stream for server-initiated messages.

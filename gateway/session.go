@@ -151,6 +151,13 @@ func (s *session) remoteCalls() bool {
 	return len(s.scope) > len("session:") && s.scope[:8] == "session:"
 }
 
+// idle says whether the session holds no call and no stream.
+func (s *session) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inbound) == 0 && s.notifier == nil
+}
+
 // register records a request before any remote work starts.
 func (s *session) register(c *call) *jsonrpc.Error {
 	s.mu.Lock()
