@@ -42,6 +42,7 @@ type call struct {
 
 	mu       sync.Mutex
 	state    int
+	outcome  string // for metrics, once the gate closed
 	begun    *pb.BeginResponse
 	pending  *cancelOrder // a cancel asked for before Begin returned
 	stopExec context.CancelFunc
@@ -81,11 +82,18 @@ func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
 		c.token = t
 	}
 	if err := s.register(c); err != nil {
+		s.g.metrics.call(p.Name, outcomeRejected)
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, err))
 		return
 	}
 	defer s.unregister(c)
 	c.run(p)
+	c.mu.Lock()
+	outcome := c.outcome
+	c.mu.Unlock()
+	if outcome != "" {
+		s.g.metrics.call(p.Name, outcome)
+	}
 }
 
 func (c *call) run(p callParams) {
@@ -117,6 +125,7 @@ func (c *call) run(p callParams) {
 // beginFailed answers a call the coordinator would not place, unless it
 // was cancelled meanwhile.
 func (c *call) beginFailed(err error, tool string) {
+	c.setOutcome(outcomeRejected)
 	switch coordinator.ErrorReason(err) {
 	case "UNKNOWN_TOOL":
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
@@ -169,9 +178,12 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) {
 		case *pb.ExecuteResponse_Log:
 			c.log(e.Log)
 		case *pb.ExecuteResponse_Result:
-			c.respond(c.result(json.RawMessage(e.Result.GetResultJson())))
+			raw := json.RawMessage(e.Result.GetResultJson())
+			c.setOutcome(resultOutcome(raw))
+			c.respond(c.result(raw))
 			return
 		case *pb.ExecuteResponse_Failed:
+			c.setOutcome(outcomeFailed)
 			c.respond(c.result(toolError("the tool failed: %s", e.Failed.GetReason())))
 			return
 		case *pb.ExecuteResponse_Cancelled:
@@ -185,6 +197,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) {
 // it against a late Complete, and the client learns what won.
 func (c *call) lost(begun *pb.BeginResponse, cause error) {
 	g := c.s.g
+	c.setOutcome(outcomeFailed)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
@@ -237,6 +250,9 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 		c.mu.Unlock()
 		return false
 	}
+	if o.who == pb.Initiator_INITIATOR_CLIENT {
+		g.metrics.cancel(cancelResultLabel(resp.GetResult()))
+	}
 	if resp.GetResult() != pb.CancelResult_CANCEL_RESULT_CANCELLED {
 		return false // completion (or failure) won; its answer goes out
 	}
@@ -249,11 +265,13 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 // waiting, and gets an error result.
 func (c *call) cancelledBy(who pb.Initiator) {
 	if who == pb.Initiator_INITIATOR_TIMEOUT {
+		c.setOutcome(outcomeTimeout)
 		c.respond(c.result(toolError("the call timed out after %v and was cancelled", c.s.g.opts.CallTimeout)))
 	} else {
 		c.mu.Lock()
 		if c.state == running {
 			c.state = cancelled
+			c.outcome = outcomeCancelled
 		}
 		c.mu.Unlock()
 	}
@@ -263,6 +281,27 @@ func (c *call) cancelledBy(who pb.Initiator) {
 	if stop != nil {
 		stop() // the fast path: the worker sees its caller go at once
 	}
+}
+
+// setOutcome records how the call ended, first writer wins, while the
+// gate is still open (the outcome belongs to whoever closes it).
+func (c *call) setOutcome(o string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == running && c.outcome == "" {
+		c.outcome = o
+	}
+}
+
+// resultOutcome tells a tool error result from a plain one.
+func resultOutcome(raw json.RawMessage) string {
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	if json.Unmarshal(raw, &r) == nil && r.IsError {
+		return outcomeToolError
+	}
+	return outcomeCompleted
 }
 
 // settled says whether the gate has closed.

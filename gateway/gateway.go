@@ -64,7 +64,8 @@ type Gateway struct {
 	inflight atomic.Int64
 	calls    sync.WaitGroup // every call in flight
 
-	tools atomic.Pointer[[]*pb.Tool]
+	tools   atomic.Pointer[[]*pb.Tool]
+	metrics *metrics
 
 	mu       sync.Mutex
 	sessions map[*session]struct{} // live sessions that can hear notifications
@@ -105,6 +106,7 @@ func New(opts Options) *Gateway {
 		toolsCh: make(chan struct{}),
 	}
 	g.base, g.stop = context.WithCancel(context.Background())
+	g.metrics = newMetrics(g)
 	return g
 }
 

@@ -21,10 +21,10 @@ import (
 
 // HTTP header names.
 const (
-	hdrSession  = "Mcp-Session-Id"
-	hdrVersion  = "Mcp-Protocol-Version"
-	hdrMethod   = "Mcp-Method"
-	hdrName     = "Mcp-Name"
+	hdrSession = "Mcp-Session-Id"
+	hdrVersion = "Mcp-Protocol-Version"
+	hdrMethod  = "Mcp-Method"
+	hdrName    = "Mcp-Name"
 	// HeaderScope names the scope a response's call runs in, so a client
 	// can look its calls up in the audit.
 	HeaderScope = "Mcpcancel-Scope"

@@ -18,6 +18,7 @@ func (g *Gateway) Mux() *http.ServeMux {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", g.ready)
+	mux.Handle("/metrics", g.metricsHandler())
 	return mux
 }
 

@@ -113,11 +113,13 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	var p cancelParams
 	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
 		s.g.log.Debug("ignoring malformed cancellation", "scope", s.scope)
+		s.g.metrics.cancel(cancelInvalid)
 		return
 	}
 	id, err := jsonrpc.ParseID(p.RequestID)
 	if err != nil {
 		s.g.log.Debug("ignoring cancellation with a bad id", "scope", s.scope, "err", err)
+		s.g.metrics.cancel(cancelInvalid)
 		return
 	}
 	reason := ""
@@ -126,22 +128,41 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	}
 	s.mu.Lock()
 	c := s.inbound[id.Key()]
+	_, outbound := s.outbound[id.Key()]
 	s.mu.Unlock()
 	if c != nil {
 		c.requestCancel(pb.Initiator_INITIATOR_CLIENT, reason)
 		return
 	}
+	if outbound {
+		s.g.metrics.cancel(cancelWrongDirection) // the id of a request we sent; not the client's to cancel
+		return
+	}
 	if !s.remoteCalls() {
-		return // no other replica can hold a call of this scope
+		s.g.metrics.cancel(cancelUnknown) // no other replica can hold a call of this scope
+		return
 	}
 	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
 	defer cancel()
-	_, err = s.g.coord.Cancel(ctx, &pb.CancelRequest{
+	resp, err := s.g.coord.Cancel(ctx, &pb.CancelRequest{
 		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: s.scope, RequestId: requestID(id)}},
 		Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: reason, Principal: s.principal,
 	})
 	if err != nil {
 		s.g.log.Warn("cancel for a call on another replica failed", "scope", s.scope, "err", err)
+		return
+	}
+	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
+}
+
+func cancelResultLabel(r pb.CancelResult) string {
+	switch r {
+	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
+		return cancelWon
+	case pb.CancelResult_CANCEL_RESULT_UNKNOWN:
+		return cancelUnknown
+	default:
+		return cancelLost
 	}
 }
 

@@ -1,0 +1,91 @@
+package gateway_test
+
+import (
+	"net/http"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mcpcancel/mcpcancel/gateway"
+)
+
+// metric reads one sample from a gateway's registry; labels are name,
+// value pairs.
+func metric(t *testing.T, g *gateway.Gateway, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabels(m, labels) {
+				if c := m.GetCounter(); c != nil {
+					return c.GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func hasLabels(m *dto.Metric, want []string) bool {
+	got := map[string]string{}
+	for _, l := range m.GetLabel() {
+		got[l.GetName()] = l.GetValue()
+	}
+	for i := 0; i+1 < len(want); i += 2 {
+		if got[want[i]] != want[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
+// After a scripted run of calls and cancels, the counters say exactly
+// what happened.
+func TestMetricsCountWhatHappened(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	g := st.gateways[0]
+	sid := openSession(t, st.urls[0])
+	for i := range 3 {
+		if r := <-startCall(t, st.urls[0], sid, 100+i, "echo", map[string]any{"text": "x"}, nil); !hasResponse(r.msgs) {
+			t.Fatal("echo not answered")
+		}
+	}
+	<-startCall(t, st.urls[0], sid, 200, "sleep", map[string]any{"seconds": -1}, nil) // a tool error
+	done := startCall(t, st.urls[0], sid, 300, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
+	waitFor(t, "the sleep to run", func() bool { return metric(t, g, "mcpcancel_gateway_calls_in_flight") == 1 })
+	post(t, st.urls[0], sid, cancelMsg(300, "stop")) // won
+	<-done
+	post(t, st.urls[0], sid, cancelMsg(100, "late"))                                             // lost to completion
+	post(t, st.urls[0], sid, cancelMsg(999, "nothing"))                                          // unknown
+	post(t, st.urls[0], sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}`) // invalid
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"mcpcancel_gateway_calls_total", []string{"tool", "echo", "outcome", "completed"}, 3},
+		{"mcpcancel_gateway_calls_total", []string{"tool", "sleep", "outcome", "tool_error"}, 1},
+		{"mcpcancel_gateway_calls_total", []string{"tool", "sleep", "outcome", "cancelled"}, 1},
+		{"mcpcancel_gateway_cancellations_total", []string{"result", "won"}, 1},
+		{"mcpcancel_gateway_cancellations_total", []string{"result", "lost_to_completion"}, 1},
+		{"mcpcancel_gateway_cancellations_total", []string{"result", "unknown"}, 1},
+		{"mcpcancel_gateway_cancellations_total", []string{"result", "ignored_invalid"}, 1},
+		{"mcpcancel_gateway_calls_in_flight", nil, 0},
+	} {
+		if got := metric(t, g, tc.name, tc.labels...); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
+	resp, err := http.Get(st.urls[0][:len(st.urls[0])-len("/mcp")] + "/metrics")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
