@@ -199,7 +199,19 @@ func (s *Server) resolve(ctx context.Context, key *pb.CallKey, opts ...clientv3.
 // Cancel implements CoordinatorService.Cancel.
 func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	resp, err := s.cancel(ctx, req)
+	if err == nil {
+		s.metrics.cancels.WithLabelValues(cancelResultLabel(resp.GetResult())).Inc()
+	}
 	return resp, toStatus(err)
+}
+
+func cancelResultLabel(r pb.CancelResult) string {
+	for k, v := range cancelResults {
+		if v == r {
+			return cancelResultNames[k]
+		}
+	}
+	return "unknown"
 }
 
 func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
@@ -446,6 +458,7 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	if d.stoppedAt != nil || d.ownerGone {
 		s.view.removeOwner(rec.Worker, rec.CallID)
 	}
+	s.metrics.decisions.WithLabelValues(d.state).Inc()
 	return nil, nil
 }
 
@@ -462,7 +475,7 @@ func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 	lost.Initiator, lost.Reason = d.initiator, d.reason
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	_, err = s.cli.Txn(ctx).If(
+	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
 	).Then(
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithIgnoreLease()),
@@ -471,7 +484,10 @@ func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 	if err != nil {
 		return etcdErr(ctx, "record lost cancel", err)
 	}
-	return nil // a failed compare means another late cancel recorded it
+	if resp.Succeeded { // else another late cancel recorded it
+		s.metrics.decisions.WithLabelValues(outcomeCancelLost).Inc()
+	}
+	return nil
 }
 
 // GetCall implements CoordinatorService.GetCall.

@@ -60,6 +60,7 @@ type Server struct {
 	retention *retention
 	stops     *stopBatcher
 	attached  *attachments
+	metrics   *metrics
 
 	ready chan struct{}
 	bg    sync.WaitGroup // stream receivers that outlive their handlers briefly
@@ -84,6 +85,7 @@ func New(opts Options) *Server {
 	s.view = newView(s)
 	s.retention = &retention{s: s}
 	s.stops = newStopBatcher(s)
+	s.metrics = newMetrics(s)
 	return s
 }
 

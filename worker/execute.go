@@ -47,6 +47,7 @@ type execution struct {
 	order   *pb.StopCall // why the coordinator stopped the call
 	last    float64      // last progress sent
 	anySent bool
+	outcome string // for metrics: completed, tool_error, failed, cancelled, lost
 }
 
 // Execute implements WorkerService.Execute.
@@ -77,9 +78,22 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}
+	var cancelledAt time.Time
+	var cancelMu sync.Mutex
+	stopWatch := context.AfterFunc(ctx, func() {
+		cancelMu.Lock()
+		cancelledAt = time.Now()
+		cancelMu.Unlock()
+	})
 	res, herr := runHandler(ctx, reg.handler, call)
 	stoppedAt := time.Now()
-	return e.finish(ctx, res, herr, stoppedAt)
+	stopWatch()
+	cancelMu.Lock()
+	w.metrics.stopped(cancelledAt, stoppedAt)
+	cancelMu.Unlock()
+	err = e.finish(ctx, res, herr, stoppedAt)
+	w.metrics.calls.WithLabelValues(req.GetTool(), e.outcome).Inc()
+	return err
 }
 
 func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, error) {
@@ -224,6 +238,7 @@ func (e *execution) finish(ctx context.Context, res *Result, herr error, stopped
 	cause := context.Cause(ctx)
 	switch {
 	case order != nil:
+		e.outcome = "cancelled"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
 	case e.stream.Context().Err() != nil:
@@ -253,8 +268,13 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 		return err
 	}
 	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
+		e.outcome = "lost"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
+	}
+	e.outcome = "completed"
+	if res.IsError {
+		e.outcome = "tool_error"
 	}
 	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: body}}})
 }
@@ -269,15 +289,18 @@ func (e *execution) fail(herr error, stoppedAt time.Time) error {
 		return err
 	}
 	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
+		e.outcome = "lost"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
 	}
+	e.outcome = "failed"
 	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, pb.Initiator_INITIATOR_TOOL, herr.Error())
 }
 
 // abandon cancels a call the worker stopped on its own account: its caller
 // went away, its deadline passed or the worker is shutting down.
 func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time) error {
+	e.outcome = "cancelled"
 	var r *pb.CancelResponse
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Cancel(ctx, &pb.CancelRequest{

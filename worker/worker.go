@@ -91,6 +91,7 @@ type Worker struct {
 	running  sync.WaitGroup // handlers
 
 	ctrl    *control
+	metrics *metrics
 	coord   pb.CoordinatorServiceClient
 	closed  chan struct{}
 	stop    context.CancelFunc
@@ -125,6 +126,7 @@ func New(opts Options) *Worker {
 		runDone: make(chan struct{}),
 	}
 	w.ctrl = newControl(w)
+	w.metrics = newMetrics(w)
 	return w
 }
 

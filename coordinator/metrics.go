@@ -1,0 +1,53 @@
+package coordinator
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the coordinator's Prometheus metrics.
+type metrics struct {
+	reg       *prometheus.Registry
+	decisions *prometheus.CounterVec
+	cancels   *prometheus.CounterVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpcancel_coordinator_decisions_total",
+			Help: "Audited decisions this replica wrote, by outcome (completed, cancelled, failed, cancel_lost).",
+		}, []string{"outcome"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpcancel_coordinator_cancellations_total",
+			Help: "Cancel requests this replica answered, by result (cancelled, already_completed, already_failed, already_cancelled, unknown).",
+		}, []string{"result"}),
+	}
+	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "mcpcancel_coordinator_workers",
+		Help: "Live workers, as this replica sees them.",
+	}, func() float64 {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		return float64(len(s.view.workers))
+	})
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "mcpcancel_coordinator_running_handlers",
+		Help: "Calls whose handlers have not yet returned, across all workers.",
+	}, func() float64 {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		return float64(len(s.view.owners))
+	})
+	m.reg.MustRegister(m.decisions, m.cancels, workers, running,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the replica's metrics registry; serve it on an admin port.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+var cancelResultNames = map[settled]string{
+	won:              "cancelled",
+	alreadyCompleted: "already_completed",
+	alreadyFailed:    "already_failed",
+	alreadyCancelled: "already_cancelled",
+}
