@@ -27,6 +27,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 )
 
 // detachTimeout bounds the wait for the coordinator to revoke the lease.
@@ -185,7 +186,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	defer conn.Close()
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
-	srv := grpc.NewServer(w.opts.ServerOptions...)
+	srv := grpc.NewServer(append(grpcserver.Options(w.log, w.metrics.reg), w.opts.ServerOptions...)...)
 	pb.RegisterWorkerServiceServer(srv, w)
 	hs := health.NewServer()
 	healthgrpc.RegisterHealthServer(srv, hs)

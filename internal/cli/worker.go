@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
 )
@@ -22,6 +24,7 @@ and spin. On SIGINT or SIGTERM it stops taking calls, waits up to
 
 type workerFlags struct {
 	coordinator, listen, advertise, name string
+	admin                                string
 	demo                                 bool
 	capacity                             int
 	drain                                time.Duration
@@ -35,6 +38,7 @@ func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
 	f.fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "`HOST:PORT` to serve Execute on (port 0 picks a free one)")
 	f.fs.StringVar(&o.advertise, "advertise", "", "`HOST:PORT` gateways dial to reach this worker (default: the listen address)")
 	f.fs.StringVar(&o.name, "name", "", "worker `name`, unique among live workers (default: host name and a random suffix)")
+	f.fs.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics on; empty serves none")
 	f.fs.BoolVar(&o.demo, "demo", false, "serve the demo tools sleep, echo and spin")
 	f.fs.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
 	f.fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
@@ -85,5 +89,11 @@ func runWorker(ctx context.Context, s streams, args []string) error {
 		return err
 	}
 	fmt.Fprintf(s.stderr, "worker: %s\n", lis.Addr())
-	return w.Run(ctx, lis)
+	var g errgroup.Group
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAdmin()
+	g.Go(func() error { return serveAdmin(adminCtx, s.stderr, o.admin, w.Registry()) })
+	err = w.Run(ctx, lis)
+	stopAdmin()
+	return errors.Join(err, g.Wait())
 }
