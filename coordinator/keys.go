@@ -3,6 +3,7 @@ package coordinator
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -76,10 +77,15 @@ func requestKey(id *pb.RequestId) string {
 	return "n:" + strconv.FormatInt(id.GetNumber(), 10)
 }
 
-// requestIDJSON renders a request id as the client sent it.
+// requestIDJSON renders a request id as the client sent it, as JSON
+// (not Go quoting: a control character must come out as \u0001).
 func requestIDJSON(id *pb.RequestId) []byte {
 	if t, ok := id.GetKind().(*pb.RequestId_Text); ok {
-		return strconv.AppendQuote(nil, t.Text)
+		b, err := json.Marshal(t.Text)
+		if err != nil {
+			panic(err) // a Go string always encodes
+		}
+		return b
 	}
 	return strconv.AppendInt(nil, id.GetNumber(), 10)
 }

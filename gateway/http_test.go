@@ -346,3 +346,30 @@ func TestMalformedInput(t *testing.T) {
 		t.Fatalf("ping after bad input: %d %s", status, body)
 	}
 }
+
+// Regression: a request id with control characters crashed the
+// coordinator (Go quoting is not JSON). It is an ordinary id.
+func TestControlCharacterRequestID(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	sid := openSession(t, st.urls[0])
+	id := "a\u0001b\u2028\xff"
+	r := <-startCall(t, st.urls[0], sid, id, "echo", map[string]any{"text": "ok"}, nil)
+	if !hasResponse(r.msgs) {
+		t.Fatalf("no response: %v", r.msgs)
+	}
+	var found bool
+	for key, as := range st.audits(t, "session:"+sid) {
+		var back string
+		if err := json.Unmarshal([]byte(key), &back); err != nil {
+			t.Fatalf("audit request_id %s is not JSON: %v", key, err)
+		}
+		found = found || as[0].Outcome == "completed"
+	}
+	if !found {
+		t.Fatal("no completed audit record")
+	}
+	// The coordinator is still up.
+	if r := <-startCall(t, st.urls[0], sid, 2, "echo", map[string]any{"text": "ok"}, nil); !hasResponse(r.msgs) {
+		t.Fatal("the coordinator did not survive")
+	}
+}

@@ -1,0 +1,30 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"testing"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// Request ids render as JSON exactly as sent, whatever they contain.
+func FuzzRequestIDJSON(f *testing.F) {
+	for _, s := range []string{"1", "a\x01b", "\xff", "\u2028", `"quoted"`, "tab\there"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id := &pb.RequestId{Kind: &pb.RequestId_Text{Text: s}}
+		raw := requestIDJSON(id)
+		var back string
+		if err := json.Unmarshal(raw, &back); err != nil {
+			t.Fatalf("%q renders as invalid JSON %s: %v", s, raw, err)
+		}
+		if err := validateRequestID(id); err == nil && back != s {
+			t.Fatalf("%q round-trips as %q", s, back)
+		}
+		k := requestKey(id)
+		if k == requestKey(&pb.RequestId{Kind: &pb.RequestId_Number{Number: 1}}) && s != "" {
+			t.Fatalf("string %q collides with number 1", s)
+		}
+	})
+}
