@@ -113,6 +113,20 @@ func (s *Server) sendAudit(stream pb.CoordinatorService_WatchAuditServer, kv *mv
 	return stream.Send(&pb.WatchAuditResponse{Record: a.Proto()})
 }
 
+// dedupeStops keeps the first report per call: a worker may report a
+// stop twice, and etcd rejects a transaction that names a key twice.
+func dedupeStops(batch []stopReport) []stopReport {
+	seen := make(map[string]bool, len(batch))
+	out := batch[:0]
+	for _, r := range batch {
+		if !seen[r.callID] {
+			seen[r.callID] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // stopReport says a worker's handler for a settled call really returned.
 type stopReport struct {
 	worker, callID string
@@ -181,6 +195,7 @@ func (b *stopBatcher) fill(ctx context.Context, batch []stopReport) []stopReport
 // sets stopped_at and deletes the owner keys, if none of them moved.
 func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 	s := b.s
+	batch = dedupeStops(batch)
 	var gets []clientv3.Op
 	for _, r := range batch {
 		gets = append(gets, clientv3.OpGet(s.keys.call(r.callID)))

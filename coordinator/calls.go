@@ -42,6 +42,13 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 	var reuse int64 // the index revision to overwrite, when the id was used before
 	for range 5 {
 		w, err := s.view.pick(rec.Tool)
+		if errors.Is(err, ErrUnknownTool) {
+			// A worker that just attached, perhaps to another replica, may
+			// not have reached this replica's watch yet: look once more.
+			if err = s.view.refreshWorkers(ctx); err == nil {
+				w, err = s.view.pick(rec.Tool)
+			}
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -265,4 +266,31 @@ func TestWorkerCloseRevokesLease(t *testing.T) {
 	if resp.Count != 0 {
 		t.Fatalf("%d worker keys left after Close; the lease was not revoked", resp.Count)
 	}
+}
+
+// Regression: a worker that reports a handler's stop twice (it may) must
+// not make the coordinator drop the batch: stopped_at is recorded and the
+// owner key goes.
+func TestDuplicateStopReports(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	fw := attachFake(t, e.c, "twice", "ghost")
+	k := key("conn:a", num(1))
+	b := e.begin(t, e.c, k, "ghost")
+	if got := e.cancel(t, e.c, k, "stop"); got != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+		t.Fatalf("cancel = %v", got)
+	}
+	if m, err := fw.stream.Recv(); err != nil || m.GetStop().GetCallId() != b.CallId {
+		t.Fatalf("stop order = %v, %v", m, err)
+	}
+	now := timestamppb.Now()
+	for range 2 {
+		if err := fw.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Stopped{Stopped: &pb.HandlerStopped{CallId: b.CallId, StoppedAt: now}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "stopped_at", func() bool {
+		as := e.audits(t, b.CallId)
+		return len(as) == 1 && as[0].StoppedAt != nil
+	})
+	ownersLeft(t, e.cli, "twice", 0)
 }

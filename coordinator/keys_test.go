@@ -28,3 +28,12 @@ func FuzzRequestIDJSON(f *testing.F) {
 		}
 	})
 }
+
+// Regression: two stop reports for one call in a batch made etcd reject
+// the whole transaction ("duplicate key given in txn request").
+func TestDedupeStops(t *testing.T) {
+	got := dedupeStops([]stopReport{{callID: "a"}, {callID: "b"}, {callID: "a"}})
+	if len(got) != 2 || got[0].callID != "a" || got[1].callID != "b" {
+		t.Fatalf("dedupeStops = %v", got)
+	}
+}

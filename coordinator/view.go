@@ -55,6 +55,7 @@ func (t *toolDef) proto() *pb.Tool {
 type workerEntry struct {
 	name      string
 	createRev int64
+	modRev    int64
 	info      *workerInfo
 	tools     map[string]bool
 }
@@ -124,7 +125,7 @@ func (v *view) putWorkerLocked(kv *mvccpb.KeyValue) {
 		v.s.log.Error("skipping worker", "key", string(kv.Key), "err", err)
 		return
 	}
-	e := &workerEntry{name: info.Name, createRev: kv.CreateRevision, info: info, tools: map[string]bool{}}
+	e := &workerEntry{name: info.Name, createRev: kv.CreateRevision, modRev: kv.ModRevision, info: info, tools: map[string]bool{}}
 	for _, t := range info.Tools {
 		e.tools[t.Name] = true
 	}
@@ -153,6 +154,25 @@ func (v *view) removeOwner(worker, id string) {
 			delete(v.inflight, worker)
 		}
 	}
+}
+
+// refreshWorkers reads workers/ now and adds what the watch has not
+// delivered yet. It never removes a worker: removals come by the watch.
+func (v *view) refreshWorkers(ctx context.Context) error {
+	ctx, cancel := v.s.opCtx(ctx)
+	defer cancel()
+	resp, err := v.s.cli.Get(ctx, v.s.keys.workers(), clientv3.WithPrefix())
+	if err != nil {
+		return etcdErr(ctx, "read workers", err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, kv := range resp.Kvs {
+		if e := v.workers[string(kv.Key[len(v.s.keys.workers()):])]; e == nil || e.modRev < kv.ModRevision {
+			v.putWorkerLocked(kv)
+		}
+	}
+	return nil
 }
 
 // forgetWorker drops a worker a transaction found gone, until the watch

@@ -175,6 +175,7 @@ func (h *httpTransport) answer(w http.ResponseWriter, r *http.Request, s *sessio
 	if m.Method == "tools/call" && acceptsSSE(r) {
 		out := newSSE(w)
 		defer out.close()
+		out.open() // headers now: the client learns the scope before any event
 		s.handle(r.Context(), m, out)
 		return
 	}
@@ -343,6 +344,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 	}
 	out := newSSE(w)
 	defer out.close()
+	out.open() // headers now: the client learns the scope before any event
 	done := make(chan struct{})
 	go func() { // owned: ends when the call does or the stream closes, and we wait for it
 		defer close(done)

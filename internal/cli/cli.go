@@ -29,6 +29,12 @@ const (
 	exitInterrupted = 130 // a second SIGINT or SIGTERM
 )
 
+// exitCode is a command's own exit status for an outcome it has already
+// reported (mcpcancel call: tool error, cancelled).
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
 // usageError is a command line that cannot run; the program exits 2.
 type usageError struct{ err error }
 
@@ -49,7 +55,9 @@ func commands() []command {
 	return []command{
 		{"dev", "run everything in one process (embedded etcd, coordinator, demo worker, gateway)", runDev},
 		{"gateway", "run a gateway: MCP for clients, over Streamable HTTP or stdio", runGateway},
+		{"call", "call a tool over MCP, showing progress; cancel it with Ctrl-C, then see its audit", runCall},
 		{"coordinator", "run a coordinator replica (the control plane, in front of etcd)", runCoordinator},
+		{"audit", "list or follow the audit of decided calls (audit list, audit tail)", runAudit},
 		{"worker", "run a worker that serves tools (--demo: the demo tools)", runWorker},
 		{"version", "print the version", runVersion},
 		{"help", "show this help, or a command's flags: help COMMAND", runHelp},
@@ -98,9 +106,12 @@ func isHelpFlag(arg string) bool {
 
 // exitStatus reports err, if any, and maps it to an exit status.
 func exitStatus(stderr io.Writer, name string, err error) int {
+	var code exitCode
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.As(err, &code):
+		return int(code)
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "mcpcancel %s: %v\n%s", name, err, helpHint(name))
 		return exitUsage

@@ -20,6 +20,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 )
 
 // ErrNoEtcd means --etcd named no endpoint.
@@ -33,6 +34,7 @@ request. On SIGINT or SIGTERM it stops serving gracefully.`
 type coordinatorFlags struct {
 	listen, etcd, prefix, name string
 	embedDir                   string
+	auditExport, admin         string
 	leaseTTL, retention, grace time.Duration
 	logLevel                   *slog.Level
 }
@@ -47,6 +49,9 @@ func parseCoordinatorFlags(s streams, args []string) (*coordinatorFlags, error) 
 	f.fs.StringVar(&o.name, "name", "", "this replica's `name` in logs (default: generated)")
 	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL: a worker gone this long has its calls failed")
 	f.fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long settled calls and audit records are kept")
+	f.fs.StringVar(&o.auditExport, "audit-export", "", "append every new audit record, as a JSON line, to the file at `PATH` (\"-\": stdout), for log shippers; "+
+		"every replica given this flag exports every record, so dedupe on (call_id, outcome)")
+	f.fs.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics on; empty serves none")
 	f.fs.DurationVar(&o.grace, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take before open streams are cut")
 	o.logLevel = f.logLevel()
 	if err := f.parse(args); err != nil {
@@ -104,23 +109,36 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer etcd.Close()
+	export, closeExport, err := openAuditExport(s, o.auditExport)
+	if err != nil {
+		return err
+	}
+	defer closeExport()
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(s.stderr, "coordinator: %s\n", lis.Addr())
+	log := newLogger(s.stderr, *o.logLevel)
 	srv := coordinator.New(coordinator.Options{
 		Client: etcd, Prefix: o.prefix, Name: o.name, LeaseTTL: o.leaseTTL, Retention: o.retention,
-		Logger: newLogger(s.stderr, *o.logLevel),
+		Logger: log,
 	})
-	return serveCoordinator(ctx, srv, lis, o.grace, o.etcd)
+	also := []func(context.Context) error{
+		func(ctx context.Context) error { return serveAdmin(ctx, s.stderr, o.admin, srv.Registry()) },
+	}
+	if export != nil {
+		also = append(also, coordinator.NewExporter(srv, export).Run)
+	}
+	return serveCoordinator(ctx, srv, log, lis, o.grace, o.etcd, also...)
 }
 
 // serveCoordinator runs srv and its gRPC server on lis until ctx is done,
 // then stops both: Run closes the workers' control streams while gRPC
-// finishes the calls in flight, for at most grace.
-func serveCoordinator(ctx context.Context, srv *coordinator.Server, lis net.Listener, grace time.Duration, etcdURLs string) error {
-	gs := grpc.NewServer()
+// finishes the calls in flight, for at most grace. Each of also runs
+// beside them, until ctx is done.
+func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
+	gs := grpc.NewServer(grpcserver.Options(log, srv.Registry())...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -129,6 +147,9 @@ func serveCoordinator(ctx context.Context, srv *coordinator.Server, lis net.List
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return runReplica(ctx, srv, etcdURLs) })
 	g.Go(func() error { return gs.Serve(lis) })
+	for _, run := range also {
+		g.Go(func() error { return run(ctx) })
+	}
 	g.Go(func() error {
 		reportReady(ctx, hs, srv.Ready())
 		<-ctx.Done()

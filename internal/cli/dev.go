@@ -76,10 +76,11 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	if err != nil {
 		return err
 	}
-	srv := coordinator.New(coordinator.Options{Client: etcd, LeaseTTL: o.leaseTTL, Logger: log.With("part", "coordinator")})
+	clog := log.With("part", "coordinator")
+	srv := coordinator.New(coordinator.Options{Client: etcd, LeaseTTL: o.leaseTTL, Logger: clog})
 	coordCtx, stopCoord := context.WithCancel(context.WithoutCancel(ctx))
 	coordDone := make(chan error, 1)
-	go func() { coordDone <- serveCoordinator(coordCtx, srv, coordLis, 5*time.Second, m.ClientURL()) }()
+	go func() { coordDone <- serveCoordinator(coordCtx, srv, clog, coordLis, 5*time.Second, m.ClientURL()) }()
 	defer func() { stopCoord(); <-coordDone }()
 	fmt.Fprintf(s.stderr, "coordinator: %s\n", coordLis.Addr())
 

@@ -1,0 +1,356 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
+)
+
+const aboutAudit = `Shows the audit: one record per decided call (outcome completed, cancelled
+or failed) and one per cancellation that came after the decision
+(cancel_lost). 'audit list' prints the records kept, oldest first; 'audit
+tail' prints new ones as they are written, until interrupted.`
+
+const aboutAuditList = `Lists audit records, oldest first: one per decided call (completed,
+cancelled or failed) and one per cancellation that came after the decision
+(cancel_lost). With --json, one JSON object per line, as log shippers see
+them.`
+
+const aboutAuditTail = `Prints audit records as they are written, until interrupted (SIGINT or
+SIGTERM ends it with status 0). With --since, it first prints the records
+settled that recently. With --json, one JSON object per line.`
+
+// auditOutcomes are the outcomes --outcome accepts.
+var auditOutcomes = []string{"completed", "cancelled", "failed", "cancel_lost"}
+
+// ErrNoAuditVerb means `mcpcancel audit` was not told list or tail.
+var ErrNoAuditVerb = errors.New("audit needs a subcommand: list or tail")
+
+// maxAuditPage is the most records one ListAudit returns.
+const maxAuditPage = 1000
+
+type auditFlags struct {
+	coordinator, call, tool, outcome string
+	json                             bool
+	since                            time.Duration
+	limit                            int
+}
+
+// runAudit runs `audit list` or `audit tail`. The verb comes first, as
+// flags.parse accepts no positional arguments.
+func runAudit(ctx context.Context, s streams, args []string) error {
+	if len(args) == 0 {
+		return usageError{ErrNoAuditVerb}
+	}
+	switch verb := args[0]; {
+	case isHelpFlag(verb):
+		fmt.Fprintf(s.stdout, "Usage: mcpcancel audit list|tail [flags]\n\n%s\n\n"+
+			"Run 'mcpcancel audit list --help' or 'mcpcancel audit tail --help' for the flags.\n", aboutAudit)
+		return flag.ErrHelp
+	case verb == "list":
+		return auditList(ctx, s, args[1:])
+	case verb == "tail":
+		return auditTail(ctx, s, args[1:])
+	default:
+		return usageError{fmt.Errorf("unknown audit subcommand %q: want list or tail", verb)}
+	}
+}
+
+func parseAuditFlags(s streams, verb, about string, args []string) (*auditFlags, error) {
+	o := &auditFlags{}
+	f := newFlags(s, "audit "+verb, about)
+	f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
+	f.fs.BoolVar(&o.json, "json", false, "print one JSON object per line instead of a table")
+	f.fs.StringVar(&o.call, "call", "", "only the records of the call with this `id`")
+	f.fs.StringVar(&o.tool, "tool", "", "only the records of calls to this tool `name`")
+	f.fs.StringVar(&o.outcome, "outcome", "", "only records with this `outcome`: "+strings.Join(auditOutcomes, ", "))
+	sinceZero := "all"
+	if verb == "tail" {
+		sinceZero = "only new ones"
+	}
+	f.fs.DurationVar(&o.since, "since", 0, "only records settled within this `duration` before now, e.g. 10m (0: "+sinceZero+")")
+	if verb == "list" {
+		f.fs.IntVar(&o.limit, "limit", 100, "print at most `N` records")
+	}
+	if err := f.parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.check(verb)
+}
+
+func (o *auditFlags) check(verb string) error {
+	switch {
+	case o.outcome != "" && !slices.Contains(auditOutcomes, o.outcome):
+		return usageError{fmt.Errorf("--outcome %q: want one of %s", o.outcome, strings.Join(auditOutcomes, ", "))}
+	case o.since < 0:
+		return usageError{fmt.Errorf("--since must not be negative, not %v", o.since)}
+	case verb == "list" && o.limit <= 0:
+		return usageError{fmt.Errorf("--limit must be positive, not %d", o.limit)}
+	}
+	return nil
+}
+
+// sinceTime is the --since cutoff, or nil for none.
+func (o *auditFlags) sinceTime(now time.Time) *timestamppb.Timestamp {
+	if o.since == 0 {
+		return nil
+	}
+	return timestamppb.New(now.Add(-o.since))
+}
+
+// matches applies the filters to a record, for tail, which filters itself.
+func (o *auditFlags) matches(r *pb.AuditRecord, since *timestamppb.Timestamp) bool {
+	return (o.call == "" || r.GetCallId() == o.call) &&
+		(o.tool == "" || r.GetTool() == o.tool) &&
+		(o.outcome == "" || r.GetOutcome() == o.outcome) &&
+		(since == nil || !r.GetSettledAt().AsTime().Before(since.AsTime()))
+}
+
+func auditList(ctx context.Context, s streams, args []string) error {
+	o, err := parseAuditFlags(s, "list", aboutAuditList, args)
+	if err != nil {
+		return err
+	}
+	conn, err := dial.New(o.coordinator)
+	if err != nil {
+		return usageError{err}
+	}
+	defer conn.Close()
+	c := pb.NewCoordinatorServiceClient(conn)
+	req := &pb.ListAuditRequest{Since: o.sinceTime(time.Now()), CallId: o.call, Tool: o.tool, Outcome: o.outcome}
+	p := newAuditPrinter(s.stdout, o.json, false)
+	if err := listAudit(ctx, c, req, o.limit, p.print); err != nil {
+		return coordinatorErr(o.coordinator, err)
+	}
+	return p.flush()
+}
+
+// listAudit pages through ListAudit, calling emit for at most limit records.
+func listAudit(ctx context.Context, c pb.CoordinatorServiceClient, req *pb.ListAuditRequest, limit int, emit func(*pb.AuditRecord) error) error {
+	for n := 0; n < limit; {
+		req.PageSize = int32(min(limit-n, maxAuditPage))
+		resp, err := c.ListAudit(ctx, req)
+		if err != nil {
+			return err
+		}
+		recs := resp.GetRecords()
+		for _, r := range recs[:min(len(recs), limit-n)] {
+			if err := emit(r); err != nil {
+				return err
+			}
+			n++
+		}
+		if resp.GetNextPageToken() == "" {
+			return nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	return nil
+}
+
+func auditTail(ctx context.Context, s streams, args []string) error {
+	o, err := parseAuditFlags(s, "tail", aboutAuditTail, args)
+	if err != nil {
+		return err
+	}
+	conn, err := dial.New(o.coordinator)
+	if err != nil {
+		return usageError{err}
+	}
+	defer conn.Close()
+	since := o.sinceTime(time.Now())
+	stream, err := pb.NewCoordinatorServiceClient(conn).WatchAudit(ctx, &pb.WatchAuditRequest{Since: since})
+	if err != nil {
+		return tailErr(ctx, o.coordinator, err)
+	}
+	p := newAuditPrinter(s.stdout, o.json, true)
+	if err := p.flush(); err != nil { // the table's header
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return tailErr(ctx, o.coordinator, err)
+		}
+		if !o.matches(resp.GetRecord(), since) {
+			continue
+		}
+		if err := p.print(resp.GetRecord()); err != nil {
+			return err
+		}
+		if err := p.flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// tailErr is how a tail ends: interrupted, it ends well.
+func tailErr(ctx context.Context, addr string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("the coordinator at %s ended the audit stream", addr)
+	default:
+		return coordinatorErr(addr, err)
+	}
+}
+
+// coordinatorErr turns a failed RPC into a message for the user.
+func coordinatorErr(addr string, err error) error {
+	st, ok := status.FromError(err)
+	switch {
+	case !ok:
+		return err
+	case st.Code() == codes.Unavailable:
+		return fmt.Errorf("cannot reach the coordinator at %s: %s", addr, st.Message())
+	case st.Code() == codes.Canceled:
+		return errors.New("interrupted")
+	default:
+		return fmt.Errorf("the coordinator at %s: %s", addr, st.Message())
+	}
+}
+
+// openAuditExport opens where --audit-export writes: nil for nowhere,
+// stdout for "-", else the file at path, appended to.
+func openAuditExport(s streams, path string) (io.Writer, func(), error) {
+	switch path {
+	case "":
+		return nil, func() {}, nil
+	case "-":
+		return s.stdout, func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--audit-export: %w", err)
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// auditPrinter prints records as JSON lines or as a table.
+type auditPrinter struct {
+	out  io.Writer
+	json bool
+	tw   *tabwriter.Writer
+	// fixed pads each cell to its column's usual width, so that rows
+	// flushed one at a time (by tail) line up.
+	fixed bool
+}
+
+// auditColumns are the table's columns and the widths tail pads them to.
+var auditColumns = []struct {
+	name  string
+	width int
+}{
+	{"SETTLED", len(settledLayout)}, {"OUTCOME", len("cancel_lost")}, {"INITIATOR", len("worker_lost")},
+	{"TOOL", 12}, {"REQUEST", 20}, {"CALL", 8}, {"STOP", 8}, {"REASON", 0},
+}
+
+const (
+	settledLayout  = "2006-01-02 15:04:05.000"
+	maxReasonRunes = 40
+	shortCallID    = 8
+)
+
+func newAuditPrinter(out io.Writer, asJSON, fixed bool) *auditPrinter {
+	p := &auditPrinter{out: out, json: asJSON, fixed: fixed}
+	if asJSON {
+		return p
+	}
+	p.tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	var header []string
+	for _, c := range auditColumns {
+		header = append(header, c.name)
+	}
+	p.row(header)
+	return p
+}
+
+func (p *auditPrinter) print(r *pb.AuditRecord) error {
+	a := coordinator.AuditFromProto(r)
+	if !p.json {
+		p.row(auditRow(a))
+		return nil
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("audit record of call %s: %w", a.CallID, err)
+	}
+	_, err = p.out.Write(append(b, '\n'))
+	return err
+}
+
+func (p *auditPrinter) row(cells []string) {
+	if p.fixed {
+		for i, c := range auditColumns {
+			cells[i] = fmt.Sprintf("%-*s", c.width, cells[i])
+		}
+	}
+	fmt.Fprintln(p.tw, strings.Join(cells, "\t"))
+}
+
+func (p *auditPrinter) flush() error {
+	if p.tw == nil {
+		return nil
+	}
+	return p.tw.Flush()
+}
+
+// auditRow is a record's table row; an empty cell shows as "-".
+func auditRow(a *coordinator.AuditRecord) []string {
+	cells := []string{
+		a.SettledAt.Local().Format(settledLayout),
+		a.Outcome,
+		a.Initiator,
+		a.Tool,
+		a.Scope + "/" + string(a.RequestID),
+		a.CallID[:min(len(a.CallID), shortCallID)],
+		stopDelay(a),
+		truncate(a.Reason, maxReasonRunes),
+	}
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+	}
+	return cells
+}
+
+// stopDelay is how long after the decision the handler returned, "-" while
+// that is not known. It is negative when the handler returned first, as a
+// completing one does.
+func stopDelay(a *coordinator.AuditRecord) string {
+	if a.StoppedAt == nil {
+		return "-"
+	}
+	d := a.StoppedAt.Sub(a.SettledAt)
+	if d.Abs() >= time.Millisecond {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// truncate cuts s to at most n runes, the last an ellipsis if it was cut.
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}

@@ -1,0 +1,288 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const aboutCall = `Calls one tool over MCP, for trying and scripting mcpcancel:
+
+  mcpcancel call [flags] TOOL [JSON-ARGS]
+
+JSON-ARGS is a JSON object (default {}); flags may come before or after TOOL
+and JSON-ARGS.
+
+While the call runs, its notifications/progress show on stderr: as a bar on
+a terminal, else one line each ("progress 3/10 slept step 3 of 10").
+SIGINT (Ctrl-C), SIGTERM, --cancel-after or --timeout cancels the call: the
+client sends notifications/cancelled (2025 revisions) or closes the call's
+stream (2026-07-28), then asks the coordinator what the audit says about
+the call. A second signal exits at once.
+
+Prints the outcome on stdout: the result's content (text blocks as lines,
+other blocks as JSON; with --json, the whole result as JSON), or "cancelled"
+and then the call's audit record (with --json, as a JSON line).
+
+Exit status:
+  0    the tool returned a result
+  1    failure: cannot connect, protocol error (e.g. an unknown tool),
+       cannot read the audit
+  2    usage error
+  3    the tool returned an error result (isError)
+  4    cancelled (by a signal, --cancel-after or --timeout)
+  130  a second signal`
+
+// Exit statuses of `call`, beside those of every command.
+const (
+	exitToolError = 3
+	exitCancelled = 4
+)
+
+// Why a call was cancelled, when not by a signal.
+var (
+	errCancelAfter = errors.New("--cancel-after elapsed")
+	errTimedOut    = errors.New("--timeout elapsed")
+)
+
+// progressToken names the call's progress notifications.
+const progressToken = "mcpcancel-call"
+
+type callFlags struct {
+	mcp, stdioCmd, coordinator, protocol string
+	cancelAfter, timeout                 time.Duration
+	json, audit                          bool
+
+	tool string
+	args json.RawMessage
+}
+
+func (o *callFlags) register(f *flags) {
+	f.fs.StringVar(&o.mcp, "mcp", "http://127.0.0.1:7800/mcp", "`URL` of the MCP Streamable HTTP endpoint")
+	f.fs.StringVar(&o.stdioCmd, "stdio-cmd", "", "run this `command` (split at spaces) and speak MCP on its stdin/stdout instead of --mcp")
+	f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address` to read the audit from after a cancellation")
+	f.fs.StringVar(&o.protocol, "protocol-version", "", "MCP protocol `version` to ask for, e.g. 2025-11-25; empty: the newest both sides speak")
+	f.fs.DurationVar(&o.cancelAfter, "cancel-after", 0, "cancel the call this long after sending it; 0 never")
+	f.fs.DurationVar(&o.timeout, "timeout", 0, "cancel the call if it has not ended this long after starting; 0 never")
+	f.fs.BoolVar(&o.json, "json", false, "print the result, or the audit record, as JSON")
+	f.fs.BoolVar(&o.audit, "audit", true, "after a cancellation, look the call up in the audit (HTTP only)")
+}
+
+func runCall(ctx context.Context, s streams, args []string) error {
+	o, err := parseCall(s, args)
+	if err != nil {
+		return err
+	}
+	code, err := o.run(ctx, s)
+	if err == nil && code != exitOK {
+		return exitCode(code) // 3 and 4 are call's own; the outcome is already printed
+	}
+	return err
+}
+
+func parseCall(s streams, args []string) (*callFlags, error) {
+	o := &callFlags{}
+	f := newFlags(s, "call", aboutCall)
+	o.register(f)
+	pos, err := parseInterspersed(f, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.positional(pos); err != nil {
+		return nil, err
+	}
+	return o, o.check()
+}
+
+// parseInterspersed is flags.parse for a command with positional
+// arguments, which may come before, between and after the flags; "--"
+// ends the flags.
+func parseInterspersed(f *flags, args []string) ([]string, error) {
+	var pos []string
+	for {
+		err := f.fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			f.help(f.s.stdout)
+			return nil, err
+		case err != nil:
+			return nil, usageError{err}
+		}
+		rest := f.fs.Args()
+		if len(rest) == 0 {
+			return pos, f.fromEnv(os.LookupEnv)
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), f.fromEnv(os.LookupEnv)
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+func (o *callFlags) positional(pos []string) error {
+	switch len(pos) {
+	case 0:
+		return usageError{errors.New("name the TOOL to call")}
+	case 1:
+		o.tool, o.args = pos[0], json.RawMessage("{}")
+		return nil
+	case 2:
+		o.tool = pos[0]
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(pos[1]), &m); err != nil || m == nil {
+			return usageError{fmt.Errorf(`JSON-ARGS must be a JSON object, like '{"text":"hi"}', not %q`, pos[1])}
+		}
+		o.args = json.RawMessage(pos[1])
+		return nil
+	default:
+		return usageError{fmt.Errorf("unexpected argument %q", pos[2])}
+	}
+}
+
+func (o *callFlags) check() error {
+	switch {
+	case o.tool == "":
+		return usageError{errors.New("the TOOL name is empty")}
+	case o.cancelAfter < 0 || o.timeout < 0:
+		return usageError{errors.New("--cancel-after and --timeout must not be negative")}
+	case !o.stdio() && o.mcp == "":
+		return usageError{errors.New("--mcp or --stdio-cmd names the server")}
+	}
+	return nil
+}
+
+// stdio says whether the server is a command on stdio.
+func (o *callFlags) stdio() bool { return strings.TrimSpace(o.stdioCmd) != "" }
+
+// run makes the call and prints its outcome. It returns the exit status,
+// and an error for statuses 1 and 2.
+func (o *callFlags) run(ctx context.Context, s streams) (int, error) {
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.timeout, errTimedOut)
+		defer cancel()
+	}
+	trace := newCallTrace()
+	view := newProgressView(s.stderr)
+	cs, err := o.connect(ctx, s, trace, view)
+	if err != nil {
+		if ctx.Err() != nil {
+			o.noteCancel(s, context.Cause(ctx), "before the call was sent")
+			fmt.Fprintln(s.stdout, "cancelled")
+			return exitCancelled, nil
+		}
+		return exitFailed, o.connectErr(err)
+	}
+	defer cs.Close()
+	res, err := o.call(ctx, cs)
+	view.finish()
+	switch {
+	case err == nil:
+		return o.result(s, res)
+	case errors.Is(err, errCancelAfter), errors.Is(err, errTimedOut), ctx.Err() != nil:
+		o.noteCancel(s, err, "")
+		return o.cancelled(ctx, s, trace)
+	default:
+		return exitFailed, callErr(err)
+	}
+}
+
+// connect opens the MCP session, over HTTP or to the --stdio-cmd command.
+func (o *callFlags) connect(ctx context.Context, s streams, trace *callTrace, view *progressView) (*mcp.ClientSession, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-call", Version: version()}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			if r.Params.ProgressToken == progressToken {
+				view.show(r.Params)
+			}
+		},
+	})
+	return c.Connect(ctx, o.transport(s, trace), &mcp.ClientSessionOptions{ProtocolVersion: o.protocol})
+}
+
+func (o *callFlags) transport(s streams, trace *callTrace) mcp.Transport {
+	if o.stdio() {
+		argv := strings.Fields(o.stdioCmd)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stderr = s.stderr
+		ownProcessGroup(cmd) // Ctrl-C is for us to turn into a cancellation
+		return &tracedTransport{Transport: &mcp.CommandTransport{Command: cmd}, trace: trace}
+	}
+	return &mcp.StreamableClientTransport{
+		Endpoint:   o.mcp,
+		HTTPClient: &http.Client{Transport: &traceRoundTripper{rt: http.DefaultTransport, trace: trace}},
+		MaxRetries: -1,
+	}
+}
+
+// call calls the tool, cancelling after --cancel-after. A cancelled call
+// returns an error that is, or wraps, why.
+func (o *callFlags) call(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
+	if o.cancelAfter > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.cancelAfter, errCancelAfter)
+		defer cancel()
+	}
+	params := &mcp.CallToolParams{Name: o.tool, Arguments: o.args}
+	params.SetProgressToken(progressToken)
+	res, err := cs.CallTool(ctx, params)
+	if err != nil && ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return res, err
+}
+
+// result prints a result: its content, or with --json all of it.
+func (o *callFlags) result(s streams, res *mcp.CallToolResult) (int, error) {
+	if err := printResult(s.stdout, res, o.json); err != nil {
+		return exitFailed, err
+	}
+	if res.IsError {
+		fmt.Fprintf(s.stderr, "mcpcancel call: %s returned an error result\n", o.tool)
+		return exitToolError, nil
+	}
+	return exitOK, nil
+}
+
+// noteCancel says on stderr why the call was cancelled, unless it was a
+// signal (Main has said so), and when, if that is not obvious.
+func (o *callFlags) noteCancel(s streams, why error, when string) {
+	var msg string
+	switch {
+	case errors.Is(why, errTimedOut):
+		msg = fmt.Sprintf("timed out after %v (--timeout); cancelled", o.timeout)
+	case errors.Is(why, errCancelAfter):
+		msg = fmt.Sprintf("cancelled after %v (--cancel-after)", o.cancelAfter)
+	case when != "":
+		msg = "cancelled"
+	default:
+		return
+	}
+	fmt.Fprintf(s.stderr, "mcpcancel call: %s\n", strings.TrimSpace(msg+" "+when))
+}
+
+func (o *callFlags) connectErr(err error) error {
+	if o.stdio() {
+		return fmt.Errorf("cannot speak MCP with %q: %w", o.stdioCmd, err)
+	}
+	return fmt.Errorf("cannot speak MCP with %s: %w", o.mcp, err)
+}
+
+// callErr is a failed call as the user should read it: a JSON-RPC error
+// by its message and code.
+func callErr(err error) error {
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) {
+		return fmt.Errorf("the server refused the call: %s (JSON-RPC error %d)", rpc.Message, rpc.Code)
+	}
+	return fmt.Errorf("the call failed: %w", err)
+}
