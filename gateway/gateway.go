@@ -69,6 +69,7 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{} // live sessions that can hear notifications
+	live     map[*call]struct{}    // every call in flight, for shutdown
 	workers  map[string]*grpc.ClientConn
 	closed   bool
 	toolsCh  chan struct{} // closed when the tool list first arrives
@@ -102,7 +103,7 @@ func New(opts Options) *Gateway {
 	}
 	g := &Gateway{
 		opts: opts, coord: opts.Coordinator, log: opts.Logger,
-		sessions: map[*session]struct{}{}, workers: map[string]*grpc.ClientConn{},
+		sessions: map[*session]struct{}{}, live: map[*call]struct{}{}, workers: map[string]*grpc.ClientConn{},
 		toolsCh: make(chan struct{}),
 	}
 	g.base, g.stop = context.WithCancel(context.Background())
@@ -195,6 +196,24 @@ func (g *Gateway) removeSession(s *session) {
 	delete(g.sessions, s)
 }
 
+// track and untrack keep the set of calls in flight, whatever their
+// session, so shutdown reaches them all.
+func (g *Gateway) track(c *call) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.live[c] = struct{}{}
+	return true
+}
+
+func (g *Gateway) untrack(c *call) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.live, c)
+}
+
 // workerClient returns a (cached) client of the worker at addr.
 func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
 	g.mu.Lock()
@@ -224,13 +243,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	g.closed = true
-	var ss []*session
-	for s := range g.sessions {
-		ss = append(ss, s)
+	var cs []*call
+	for c := range g.live {
+		cs = append(cs, c)
 	}
 	g.mu.Unlock()
-	for _, s := range ss {
-		s.cancelAll(pb.Initiator_INITIATOR_SHUTDOWN, "gateway shutting down")
+	for _, c := range cs {
+		c.requestCancel(pb.Initiator_INITIATOR_SHUTDOWN, "gateway shutting down")
 	}
 	done := make(chan struct{})
 	go func() { // owned: we wait for it or for ctx, and stop() ends the calls

@@ -193,6 +193,10 @@ func (s *session) register(c *call) *jsonrpc.Error {
 		s.g.inflight.Add(-1)
 		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is at its limit of %d calls in flight; try again shortly", s.g.opts.GlobalLimit)
 	}
+	if !s.g.track(c) {
+		s.g.inflight.Add(-1)
+		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is shutting down; try another replica")
+	}
 	s.inbound[c.id.Key()] = c
 	s.g.calls.Add(1)
 	return nil
@@ -203,6 +207,7 @@ func (s *session) unregister(c *call) {
 	defer s.mu.Unlock()
 	if s.inbound[c.id.Key()] == c {
 		delete(s.inbound, c.id.Key())
+		s.g.untrack(c)
 		s.g.inflight.Add(-1)
 		s.g.calls.Done()
 	}
