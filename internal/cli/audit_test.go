@@ -99,7 +99,7 @@ func TestAuditCommandLines(t *testing.T) {
 // with `mcpcancel audit list`, as JSON lines and as a table, with and
 // without filters, and follows a new one with `mcpcancel audit tail`.
 func TestAuditListAndTail(t *testing.T) {
-	p := start(t, nil, "dev", "--http", "127.0.0.1:0")
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0")
 	coord := p.waitLine(t, "coordinator: ")
 	url := p.waitLine(t, "mcp: ")
 	echo := mcpSession(t, url, nil)

@@ -58,7 +58,7 @@ type devStack struct {
 
 func startDevStack(t *testing.T) *devStack {
 	t.Helper()
-	p := start(t, nil, "dev", "--http", "127.0.0.1:0")
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0")
 	coord := p.waitLine(t, "coordinator: ")
 	return &devStack{p: p, coordinator: coord, url: p.waitLine(t, "mcp: ")}
 }

@@ -28,15 +28,17 @@ parts in order and removes its temporary data directory.`
 
 type devFlags struct {
 	gatewayFlags
-	dataDir  string
-	leaseTTL time.Duration
-	fixtures bool
+	coordListen string
+	dataDir     string
+	leaseTTL    time.Duration
+	fixtures    bool
 }
 
 func runDev(ctx context.Context, s streams, args []string) error {
 	o := &devFlags{}
 	f := newFlags(s, "dev", aboutDev)
 	o.register(f, false)
+	f.fs.StringVar(&o.coordListen, "coordinator-listen", "127.0.0.1:7801", "`HOST:PORT` for the coordinator's gRPC (the default is where mcpcancel call and audit look)")
 	f.fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
 	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
 	f.fs.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
@@ -72,7 +74,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	}
 	defer etcd.Close()
 
-	coordLis, err := net.Listen("tcp", "127.0.0.1:0")
+	coordLis, err := net.Listen("tcp", o.coordListen)
 	if err != nil {
 		return err
 	}

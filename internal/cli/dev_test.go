@@ -18,7 +18,7 @@ import (
 // client, cancels a call and finds it audited, then stops it with SIGTERM:
 // it exits 0 and removes its temporary data directory.
 func TestDevOverHTTP(t *testing.T) {
-	p := start(t, nil, "dev", "--http", "127.0.0.1:0")
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0")
 	etcdLine := p.waitLine(t, "etcd: ")
 	coordAddr := p.waitLine(t, "coordinator: ")
 	url := p.waitLine(t, "mcp: ")
@@ -75,7 +75,7 @@ func TestDevOverHTTP(t *testing.T) {
 // TestDevOverStdio speaks MCP to `mcpcancel dev --stdio` on its stdin and
 // stdout with the Go SDK's command transport; logs stay on stderr.
 func TestDevOverStdio(t *testing.T) {
-	cmd := command("dev", "--stdio")
+	cmd := command("dev", "--stdio", "--coordinator-listen", "127.0.0.1:0")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, nil)
