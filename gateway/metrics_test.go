@@ -89,3 +89,52 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// The worker's metrics count the cancelled call and its cancel-to-stop
+// latency; /readyz follows the coordinator.
+func TestWorkerMetricsAndReadiness(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	base := st.urls[0][:len(st.urls[0])-len("/mcp")]
+	if code := getStatus(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz = %d with the coordinator up", code)
+	}
+	sid := openSession(t, st.urls[0])
+	done := startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
+	waitFor(t, "the sleep to run", func() bool { return metric(t, st.gateways[0], "mcpcancel_gateway_calls_in_flight") == 1 })
+	post(t, st.urls[0], sid, cancelMsg(1, "stop"))
+	<-done
+	waitFor(t, "the worker to count it", func() bool {
+		mfs, _ := st.w.Registry().Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "mcpcancel_worker_cancel_to_stop_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount() == 1
+			}
+		}
+		return false
+	})
+	mfs, _ := st.w.Registry().Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "mcpcancel_worker_calls_total" {
+			if m := mf.GetMetric(); len(m) != 1 || !hasLabels(m[0], []string{"tool", "sleep", "outcome", "cancelled"}) || m[0].GetCounter().GetValue() != 1 {
+				t.Fatalf("worker calls = %v", m)
+			}
+		}
+	}
+	st.coord.Stop()
+	if code := getStatus(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d with the coordinator down", code)
+	}
+	if code := getStatus(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz = %d", code)
+	}
+}
+
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}

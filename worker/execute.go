@@ -42,12 +42,13 @@ type execution struct {
 
 	sendMu sync.Mutex // held across stream.Send, taken before mu
 
-	mu      sync.Mutex
-	state   int
-	order   *pb.StopCall // why the coordinator stopped the call
-	last    float64      // last progress sent
-	anySent bool
-	outcome string // for metrics: completed, tool_error, failed, cancelled, lost
+	mu         sync.Mutex
+	state      int
+	order      *pb.StopCall // why the coordinator stopped the call
+	last       float64      // last progress sent
+	anySent    bool
+	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
+	cancelTime time.Time // when the context was first cancelled
 }
 
 // Execute implements WorkerService.Execute.
@@ -78,19 +79,15 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}
-	var cancelledAt time.Time
-	var cancelMu sync.Mutex
-	stopWatch := context.AfterFunc(ctx, func() {
-		cancelMu.Lock()
-		cancelledAt = time.Now()
-		cancelMu.Unlock()
-	})
+	// The cancel-to-stop clock starts when the worker cancels the context
+	// (a stop order, shutdown) or, for a caller gone or a deadline, when
+	// the context reports it.
+	stopWatch := context.AfterFunc(ctx, e.markCancelled)
 	res, herr := runHandler(ctx, reg.handler, call)
 	stoppedAt := time.Now()
-	stopWatch()
-	cancelMu.Lock()
-	w.metrics.stopped(cancelledAt, stoppedAt)
-	cancelMu.Unlock()
+	if !stopWatch() {
+		w.metrics.stopped(e.cancelledAt(), stoppedAt)
+	}
 	err = e.finish(ctx, res, herr, stoppedAt)
 	w.metrics.calls.WithLabelValues(req.GetTool(), e.outcome).Inc()
 	return err
@@ -171,6 +168,7 @@ func (w *Worker) abandonAll() {
 }
 
 func (e *execution) stopBy(o *pb.StopCall, cause error) {
+	e.markCancelled()
 	e.mu.Lock()
 	if e.state == running {
 		e.state = stopped
@@ -182,7 +180,25 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) {
 	e.cancel(cause)
 }
 
-func (e *execution) shutdown() { e.cancel(errShutdown) }
+func (e *execution) shutdown() {
+	e.markCancelled()
+	e.cancel(errShutdown)
+}
+
+// markCancelled notes when the call's context was first cancelled.
+func (e *execution) markCancelled() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelTime.IsZero() {
+		e.cancelTime = time.Now()
+	}
+}
+
+func (e *execution) cancelledAt() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cancelTime
+}
 
 func runHandler(ctx context.Context, h Handler, c *Call) (res *Result, err error) {
 	defer func() {
