@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -62,7 +63,6 @@ type Gateway struct {
 	base     context.Context // lives until Close: calls run under it
 	stop     context.CancelFunc
 	inflight atomic.Int64
-	calls    sync.WaitGroup // every call in flight
 
 	tools   atomic.Pointer[[]*pb.Tool]
 	metrics *metrics
@@ -70,6 +70,7 @@ type Gateway struct {
 	mu       sync.Mutex
 	sessions map[*session]struct{} // live sessions that can hear notifications
 	live     map[*call]struct{}    // every call in flight, for shutdown
+	noCalls  chan struct{}         // closed while live is empty
 	workers  map[string]*grpc.ClientConn
 	closed   bool
 	toolsCh  chan struct{} // closed when the tool list first arrives
@@ -104,8 +105,9 @@ func New(opts Options) *Gateway {
 	g := &Gateway{
 		opts: opts, coord: opts.Coordinator, log: opts.Logger,
 		sessions: map[*session]struct{}{}, live: map[*call]struct{}{}, workers: map[string]*grpc.ClientConn{},
-		toolsCh: make(chan struct{}),
+		toolsCh: make(chan struct{}), noCalls: make(chan struct{}),
 	}
+	close(g.noCalls)
 	g.base, g.stop = context.WithCancel(context.Background())
 	g.metrics = newMetrics(g)
 	return g
@@ -204,6 +206,9 @@ func (g *Gateway) track(c *call) bool {
 	if g.closed {
 		return false
 	}
+	if len(g.live) == 0 {
+		g.noCalls = make(chan struct{})
+	}
 	g.live[c] = struct{}{}
 	return true
 }
@@ -211,7 +216,33 @@ func (g *Gateway) track(c *call) bool {
 func (g *Gateway) untrack(c *call) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if _, ok := g.live[c]; !ok {
+		return
+	}
 	delete(g.live, c)
+	if len(g.live) == 0 {
+		close(g.noCalls)
+	}
+}
+
+// waitNoCalls waits until no call is in flight, or ctx is done.
+func (g *Gateway) waitNoCalls(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		ch := g.noCalls
+		g.mu.Unlock()
+		select {
+		case <-ch:
+			g.mu.Lock()
+			n := len(g.live)
+			g.mu.Unlock()
+			if n == 0 {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // workerClient returns a (cached) client of the worker at addr.
@@ -248,21 +279,19 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		cs = append(cs, c)
 	}
 	g.mu.Unlock()
+	var eg errgroup.Group
+	eg.SetLimit(64) // cancels go out together, so etcd commits them in batches
 	for _, c := range cs {
-		c.requestCancel(pb.Initiator_INITIATOR_SHUTDOWN, "gateway shutting down")
+		eg.Go(func() error {
+			c.requestCancel(pb.Initiator_INITIATOR_SHUTDOWN, "gateway shutting down")
+			return nil
+		})
 	}
-	done := make(chan struct{})
-	go func() { // owned: we wait for it or for ctx, and stop() ends the calls
-		g.calls.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		g.stop()
-		<-done
+	eg.Wait()
+	err := g.waitNoCalls(ctx)
+	if err != nil {
+		g.stop() // cut the Execute streams of calls whose cancel did not settle
+		g.waitNoCalls(context.Background())
 	}
 	g.stop()
 	g.mu.Lock()

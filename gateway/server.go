@@ -67,17 +67,10 @@ func (g *Gateway) drain(srv *http.Server, errc chan error, grace time.Duration) 
 	return nil
 }
 
-// waitCalls waits until no call is in flight or ctx is done.
+// waitCalls waits until no call is in flight or ctx is done, and then
+// cancels what is left.
 func (g *Gateway) waitCalls(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { // owned: ends when the calls do; Close below ends them all
-		g.calls.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	if g.waitNoCalls(ctx) != nil {
 		g.Close()
-		<-done
 	}
 }

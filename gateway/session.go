@@ -198,7 +198,6 @@ func (s *session) register(c *call) *jsonrpc.Error {
 		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is shutting down; try another replica")
 	}
 	s.inbound[c.id.Key()] = c
-	s.g.calls.Add(1)
 	return nil
 }
 
@@ -209,7 +208,6 @@ func (s *session) unregister(c *call) {
 		delete(s.inbound, c.id.Key())
 		s.g.untrack(c)
 		s.g.inflight.Add(-1)
-		s.g.calls.Done()
 	}
 }
 

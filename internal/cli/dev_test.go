@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -95,5 +96,49 @@ func TestDevOverStdio(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "coordinator: ") {
 		t.Fatalf("endpoint lines missing from stderr:\n%s", stderr.String())
+	}
+}
+
+// TestDevShutdownWithCallsInFlight: SIGTERM with a long call in flight;
+// after --shutdown-grace the call is cancelled and unanswered, and dev
+// exits 0 promptly.
+func TestDevShutdownWithCallsInFlight(t *testing.T) {
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0", "--shutdown-grace", "300ms")
+	coordAddr := p.waitLine(t, "coordinator: ")
+	url := p.waitLine(t, "mcp: ")
+	c := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	started := make(chan struct{})
+	go func() {
+		params := &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 60, "steps": 600}}
+		close(started)
+		res, err := cs.CallTool(t.Context(), params)
+		done <- outcome{res, err}
+	}()
+	<-started
+	client := pb.NewCoordinatorServiceClient(dial(t, coordAddr))
+	poll(t, "the call to run", func() bool {
+		resp, err := client.ListWorkers(t.Context(), &pb.ListWorkersRequest{})
+		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 1
+	})
+	begun := time.Now()
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("dev exited %d after SIGTERM", code)
+	}
+	if took := time.Since(begun); took > 8*time.Second {
+		t.Fatalf("shutdown took %v with a 300ms grace", took)
+	}
+	if o := <-done; o.err == nil {
+		t.Fatalf("the cancelled call was answered: %v", o.res)
 	}
 }
