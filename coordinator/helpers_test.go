@@ -2,7 +2,6 @@ package coordinator_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -241,19 +240,7 @@ func (e *env) audits(t *testing.T, callID string) []*coordinator.AuditRecord {
 
 func auditsFrom(t *testing.T, cli *clientv3.Client) map[string][]*coordinator.AuditRecord {
 	t.Helper()
-	resp, err := cli.Get(t.Context(), prefix+"audit/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]*coordinator.AuditRecord{}
-	for _, kv := range resp.Kvs {
-		var a coordinator.AuditRecord
-		if err := json.Unmarshal(kv.Value, &a); err != nil {
-			t.Fatal(err)
-		}
-		out[a.CallID] = append(out[a.CallID], &a)
-	}
-	return out
+	return testcluster.Audits(t, cli)
 }
 
 func outcomes(as []*coordinator.AuditRecord) []string {

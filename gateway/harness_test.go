@@ -3,11 +3,9 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -65,22 +63,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		return err == nil && len(resp.Tools) >= 3
 	})
 	for range max(o.gateways, 1) {
-		gopts := o.gw
-		gopts.Coordinator = st.c
-		g := gateway.New(gopts)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); g.Run(ctx) }()
-		srv := httptest.NewServer(g.Mux())
-		t.Cleanup(func() {
-			g.Close()
-			srv.CloseClientConnections()
-			srv.Close()
-			cancel()
-			<-done
-		})
+		g, url := testcluster.StartGateway(t, st.c, o.gw)
 		st.gateways = append(st.gateways, g)
-		st.urls = append(st.urls, srv.URL+"/mcp")
+		st.urls = append(st.urls, url)
 	}
 	return st
 }
@@ -88,18 +73,12 @@ func newStack(t *testing.T, o stackOptions) *stack {
 // audits reads the audit records of calls in a scope, by request id.
 func (st *stack) audits(t *testing.T, scope string) map[string][]*coordinator.AuditRecord {
 	t.Helper()
-	resp, err := st.cli.Get(t.Context(), prefix+"audit/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]*coordinator.AuditRecord{}
-	for _, kv := range resp.Kvs {
-		var a coordinator.AuditRecord
-		if err := json.Unmarshal(kv.Value, &a); err != nil {
-			t.Fatal(err)
-		}
-		if a.Scope == scope {
-			out[string(a.RequestID)] = append(out[string(a.RequestID)], &a)
+	for _, as := range testcluster.Audits(t, st.cli) {
+		for _, a := range as {
+			if a.Scope == scope {
+				out[string(a.RequestID)] = append(out[string(a.RequestID)], a)
+			}
 		}
 	}
 	return out
@@ -108,19 +87,7 @@ func (st *stack) audits(t *testing.T, scope string) map[string][]*coordinator.Au
 // allAudits reads every audit record, by call id.
 func (st *stack) allAudits(t *testing.T) map[string][]*coordinator.AuditRecord {
 	t.Helper()
-	resp, err := st.cli.Get(t.Context(), prefix+"audit/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]*coordinator.AuditRecord{}
-	for _, kv := range resp.Kvs {
-		var a coordinator.AuditRecord
-		if err := json.Unmarshal(kv.Value, &a); err != nil {
-			t.Fatal(err)
-		}
-		out[a.CallID] = append(out[a.CallID], &a)
-	}
-	return out
+	return testcluster.Audits(t, st.cli)
 }
 
 func (st *stack) revision(t *testing.T) int64 {
@@ -134,15 +101,7 @@ func (st *stack) revision(t *testing.T) int64 {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testcluster.WaitFor(t, what, cond)
 }
 
 // wire records every JSON-RPC message that crossed an HTTP client, in

@@ -100,7 +100,15 @@ func TestWorkerMetricsAndReadiness(t *testing.T) {
 	}
 	sid := openSession(t, st.urls[0])
 	done := startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
-	waitFor(t, "the sleep to run", func() bool { return metric(t, st.gateways[0], "mcpcancel_gateway_calls_in_flight") == 1 })
+	waitFor(t, "the sleep to run on the worker", func() bool {
+		mfs, _ := st.w.Registry().Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "mcpcancel_worker_calls_in_flight" {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		return false
+	})
 	post(t, st.urls[0], sid, cancelMsg(1, "stop"))
 	<-done
 	waitFor(t, "the worker to count it", func() bool {

@@ -82,10 +82,15 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	// The cancel-to-stop clock starts when the worker cancels the context
 	// (a stop order, shutdown) or, for a caller gone or a deadline, when
 	// the context reports it.
-	stopWatch := context.AfterFunc(ctx, e.markCancelled)
+	cancelSeen := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		e.markCancelled()
+		close(cancelSeen)
+	})
 	res, herr := runHandler(ctx, reg.handler, call)
 	stoppedAt := time.Now()
-	if !stopWatch() {
+	if !stopWatch() { // the context was cancelled; its callback has started
+		<-cancelSeen
 		w.metrics.stopped(e.cancelledAt(), stoppedAt)
 	}
 	err = e.finish(ctx, res, herr, stoppedAt)

@@ -42,8 +42,8 @@ func newMetrics(w *Worker) *metrics {
 // Registry is the worker's metrics registry; serve it on an admin port.
 func (w *Worker) Registry() *prometheus.Registry { return w.metrics.reg }
 
+// stopped observes one cancelled call. When the handler noticed before
+// the worker saw the context end, the latency counts as zero.
 func (m *metrics) stopped(cancelledAt, returnedAt time.Time) {
-	if !cancelledAt.IsZero() {
-		m.cancelStop.Observe(max(0, returnedAt.Sub(cancelledAt)).Seconds())
-	}
+	m.cancelStop.Observe(max(0, returnedAt.Sub(cancelledAt)).Seconds())
 }

@@ -5,7 +5,6 @@ package conformance
 
 import (
 	"context"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"testing"
@@ -51,24 +50,13 @@ func TestServerScenarios(t *testing.T) {
 		demo.Register(w)
 		demo.RegisterFixtures(w)
 	})
-	g := gateway.New(gateway.Options{Coordinator: coord.Client(t)})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); g.Run(ctx) }()
-	srv := httptest.NewServer(g.Mux())
-	t.Cleanup(func() {
-		g.Close()
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		<-done
-	})
+	_, url := testcluster.StartGateway(t, coord.Client(t), gateway.Options{})
 	for _, sc := range scenarios {
 		t.Run(sc, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			cmd := nodetest.Node(t, ctx, "node_modules/@modelcontextprotocol/conformance/dist/index.js",
-				"server", "--url", srv.URL+"/mcp", "--scenario", sc)
+				"server", "--url", url, "--scenario", sc)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("conformance suite: %v\n%s", err, out)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,19 +57,7 @@ func newStack(t *testing.T) *stack {
 	st := &stack{cli: cl.Client()}
 	st.coord = testcluster.StartCoordinator(t, st.cli, coordinator.Options{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w1"}, demo.Register)
-	g := gateway.New(gateway.Options{Coordinator: st.coord.Client(t)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); g.Run(ctx) }()
-	srv := httptest.NewServer(g.Mux())
-	t.Cleanup(func() {
-		g.Close()
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		<-done
-	})
-	st.url = srv.URL + "/mcp"
+	_, st.url = testcluster.StartGateway(t, st.coord.Client(t), gateway.Options{})
 	return st
 }
 

@@ -1,0 +1,73 @@
+package testcluster
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
+)
+
+// AuditPrefix is where the coordinator's default prefix keeps the audit.
+const AuditPrefix = "/mcpcancel/v1/audit/"
+
+// StartGateway runs a gateway (and its tool watch) behind an HTTP test
+// server on loopback and returns it with its MCP endpoint URL. opts'
+// Coordinator is set to coord.
+func StartGateway(t testing.TB, coord pb.CoordinatorServiceClient, opts gateway.Options) (*gateway.Gateway, string) {
+	t.Helper()
+	opts.Coordinator = coord
+	g := gateway.New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx) }()
+	srv := httptest.NewServer(g.Mux())
+	t.Cleanup(func() {
+		g.Close()
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return g, srv.URL + "/mcp"
+}
+
+// Audits reads every audit record straight from etcd, by call id, in the
+// order they were settled.
+func Audits(t testing.TB, cli *clientv3.Client) map[string][]*coordinator.AuditRecord {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), AuditPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]*coordinator.AuditRecord{}
+	for _, kv := range resp.Kvs {
+		var a coordinator.AuditRecord
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		out[a.CallID] = append(out[a.CallID], &a)
+	}
+	return out
+}
+
+// WaitFor polls cond every few milliseconds until it holds, failing the
+// test after 15 s.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
