@@ -98,9 +98,10 @@ func TestWorkerLostFailsItsCalls(t *testing.T) {
 	if rec.Record.CallId != b.CallId || rec.Record.Outcome != "failed" || rec.Record.Initiator != pb.Initiator_INITIATOR_WORKER_LOST {
 		t.Fatalf("audit = %v", rec.Record)
 	}
-	// The lease expires TTL after its last renewal; the janitor reacts to
-	// the expiry at once. Allow one more TTL for etcd's expiry scan.
-	if elapsed > 3*ttl {
+	// The lease expires TTL after its last renewal and the janitor reacts
+	// to the expiry at once; the figure is logged below. The bound only
+	// catches a call left to its deadline (minutes) instead of the TTL.
+	if elapsed > 20*ttl {
 		t.Fatalf("failed %v after the kill; the lease TTL is %v", elapsed, ttl)
 	}
 	late, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: "doomed"}})

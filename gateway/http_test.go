@@ -126,7 +126,7 @@ func TestRaceEndToEnd(t *testing.T) {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				ms := rand.IntN(8)
 				done := startCall(t, st.urls[0], ids[g], i, "sleep", map[string]any{"seconds": float64(ms) / 1000, "steps": 1}, nil)
-				timer := time.NewTimer(time.Duration(rand.IntN(16000)) * time.Microsecond)
+				timer := time.NewTimer(time.Duration(rand.IntN(60000)) * time.Microsecond)
 				<-timer.C
 				if status, body := post(t, st.urls[0], ids[g], cancelMsg(i, "race")); status != http.StatusAccepted || len(body) > 0 {
 					t.Errorf("cancel answered %d %q", status, body)

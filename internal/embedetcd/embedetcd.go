@@ -35,6 +35,9 @@ type Options struct {
 	// Fast shortens heartbeats and elections (10 ms / 50 ms) so tests are
 	// quick; production timings otherwise.
 	Fast bool
+	// TickMs and ElectionMs, when set, override the heartbeat and election
+	// timings.
+	TickMs, ElectionMs uint
 	// NoFsync skips fsync. Only for tests whose subject is not durability.
 	NoFsync bool
 	// Logger for etcd itself; nil silences it.
@@ -106,6 +109,9 @@ func config(opts Options) (*embed.Config, *Member, error) {
 	}
 	if opts.Fast {
 		cfg.TickMs, cfg.ElectionMs = 10, 50
+	}
+	if opts.TickMs > 0 {
+		cfg.TickMs, cfg.ElectionMs = opts.TickMs, opts.ElectionMs
 	}
 	cfg.UnsafeNoFsync = opts.NoFsync
 	lg := opts.Logger

@@ -39,6 +39,12 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 		initial = append(initial, fmt.Sprintf("m%d=http://%s", i, p))
 	}
 	c := &Cluster{t: t}
+	// One member elects itself at once; several need elections that a
+	// loaded CI machine (2 cores, -race) does not starve into flapping.
+	tick, election := uint(10), uint(50)
+	if n > 1 {
+		tick, election = 25, 400
+	}
 	started := make(chan result, n)
 	for i := range n {
 		go func() {
@@ -47,7 +53,8 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 				Name:           fmt.Sprintf("m%d", i),
 				PeerAddr:       peers[i],
 				InitialCluster: strings.Join(initial, ","),
-				Fast:           true,
+				TickMs:         tick,
+				ElectionMs:     election,
 				NoFsync:        !opts.Fsync,
 				Logger:         zap.NewNop(),
 			})

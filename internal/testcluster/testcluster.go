@@ -45,7 +45,7 @@ func StartCoordinator(t testing.TB, cli *clientv3.Client, opts coordinator.Optio
 	go func() { c.done <- c.grpc.Serve(lis) }()
 	select {
 	case <-c.Server.Ready():
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("coordinator not ready")
 	}
 	t.Cleanup(c.Stop)
@@ -106,7 +106,7 @@ func StartWorker(t testing.TB, opts worker.Options, register func(*worker.Worker
 	go func() { w.done <- w.Run(ctx, lis) }()
 	select {
 	case <-w.Attached():
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("worker did not attach")
 	}
 	t.Cleanup(w.Stop)
