@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -380,4 +379,3 @@ func toolError(format string, args ...any) map[string]any {
 	}
 }
 
-var _ = codes.OK

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -492,9 +491,7 @@ func (s *sseSink) close() {
 	s.broken = true
 }
 
-var errNoSession = errors.New("gateway: no session")
 
-var _ = errNoSession
 
 // listen serves 2026-07-28's subscriptions/listen: a long-lived stream
 // carrying the change notifications the client opted in to. The gateway

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -217,4 +216,3 @@ func nonEmpty(b []byte) json.RawMessage {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-var _ = pb.Initiator_INITIATOR_CLIENT
