@@ -378,4 +378,3 @@ func toolError(format string, args ...any) map[string]any {
 		"isError": true,
 	}
 }
-

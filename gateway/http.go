@@ -491,8 +491,6 @@ func (s *sseSink) close() {
 	s.broken = true
 }
 
-
-
 // listen serves 2026-07-28's subscriptions/listen: a long-lived stream
 // carrying the change notifications the client opted in to. The gateway
 // has one kind to offer, notifications/tools/list_changed.

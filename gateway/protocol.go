@@ -215,4 +215,3 @@ func nonEmpty(b []byte) json.RawMessage {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
