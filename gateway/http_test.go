@@ -373,3 +373,34 @@ func TestControlCharacterRequestID(t *testing.T) {
 		t.Fatal("the coordinator did not survive")
 	}
 }
+
+// Cancels that find their calls are never rate limited: sixty calls
+// started on one replica, all cancelled at once through the other.
+func TestManyCancelsFromOtherReplica(t *testing.T) {
+	st := newStack(t, stackOptions{gateways: 2})
+	sid := openSession(t, st.urls[0])
+	const n = 60
+	var streams []<-chan streamResult
+	for i := range n {
+		streams = append(streams, startCall(t, st.urls[0], sid, i, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil))
+	}
+	waitFor(t, "the calls to run", func() bool {
+		resp, err := st.c.ListWorkers(t.Context(), nil)
+		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == n
+	})
+	for i := range n {
+		if status, _ := post(t, st.urls[1], sid, cancelMsg(i, "all at once")); status != http.StatusAccepted {
+			t.Fatalf("cancel %d: %d", i, status)
+		}
+	}
+	for i, done := range streams {
+		if r := <-done; hasResponse(r.msgs) {
+			t.Fatalf("call %d was answered after its cancel", i)
+		}
+	}
+	for id, as := range st.audits(t, "session:"+sid) {
+		if len(as) != 1 || as[0].Outcome != "cancelled" {
+			t.Fatalf("call %s audit = %+v", id, as)
+		}
+	}
+}

@@ -24,6 +24,7 @@ const (
 	cancelUnknown        = "unknown"
 	cancelWrongDirection = "ignored_wrong_direction"
 	cancelInvalid        = "ignored_invalid"
+	cancelRateLimited    = "ignored_rate_limited"
 )
 
 // metrics are the gateway's Prometheus metrics.
@@ -44,7 +45,7 @@ func newMetrics(g *Gateway) *metrics {
 		}, []string{"tool", "outcome"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpcancel_gateway_cancellations_total",
-			Help: "Cancellations received, by result (won, lost_to_completion, unknown, ignored_wrong_direction, ignored_invalid).",
+			Help: "Cancellations received, by result (won, lost_to_completion, unknown, ignored_wrong_direction, ignored_invalid, ignored_rate_limited).",
 		}, []string{"result"}),
 		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpcancel_gateway_calls_in_flight",
@@ -59,7 +60,7 @@ func newMetrics(g *Gateway) *metrics {
 			return float64(len(g.sessions))
 		}),
 	}
-	for _, r := range []string{cancelWon, cancelLost, cancelUnknown, cancelWrongDirection, cancelInvalid} {
+	for _, r := range []string{cancelWon, cancelLost, cancelUnknown, cancelWrongDirection, cancelInvalid, cancelRateLimited} {
 		m.cancels.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.calls, m.cancels, m.inflight, m.sessions,

@@ -146,3 +146,34 @@ func getStatus(t *testing.T, url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// A flood of cancels naming nothing costs no etcd write, is mostly turned
+// away before the coordinator, and does not keep another session's
+// cancel from winning.
+func TestBogusCancelFlood(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	g := st.gateways[0]
+	victim, flooder := openSession(t, st.urls[0]), openSession(t, st.urls[0])
+	done := startCall(t, st.urls[0], victim, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
+	waitFor(t, "the call to run", func() bool { return metric(t, g, "mcpcancel_gateway_calls_in_flight") == 1 })
+	before := st.revision(t)
+	const flood = 1000
+	for i := range flood {
+		post(t, st.urls[0], flooder, cancelMsg(10000+i, "bogus"))
+	}
+	if after := st.revision(t); after != before {
+		t.Fatalf("the flood wrote to etcd: revision %d -> %d", before, after)
+	}
+	limited := metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "ignored_rate_limited")
+	unknown := metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "unknown")
+	if limited+unknown != flood || limited < flood/2 {
+		t.Fatalf("%v rate limited and %v looked up of %d", limited, unknown, flood)
+	}
+	post(t, st.urls[0], victim, cancelMsg(1, "real"))
+	if r := <-done; hasResponse(r.msgs) {
+		t.Fatal("the victim's cancel did not win")
+	}
+	if as := st.audits(t, "session:"+victim)["1"]; len(as) != 1 || as[0].Outcome != "cancelled" {
+		t.Fatalf("victim audit = %+v", as)
+	}
+}

@@ -34,7 +34,40 @@ type session struct {
 	logLevel    string
 	nextOut     int64
 	initialized bool
+	lookups     bucket // remote lookups for cancels that named no local call
 }
+
+// Cancels that name no call held here are looked up at the coordinator
+// (the call may run on another replica). Each that turns out to name
+// nothing spends a token; with none left the session's lookups stop
+// until tokens refill. A flood of bogus cancels then costs the
+// coordinator little and cannot crowd out other sessions' cancels, while
+// cancels that find their calls are never limited.
+const (
+	lookupRate  = 20 // per second
+	lookupBurst = 50
+)
+
+// bucket is a token bucket; the zero value is full.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// available refills the bucket to now and reports whether a token is
+// there. Callers hold the session's lock.
+func (b *bucket) available(now time.Time) bool {
+	if b.last.IsZero() {
+		b.tokens = lookupBurst
+	} else {
+		b.tokens = min(lookupBurst, b.tokens+now.Sub(b.last).Seconds()*lookupRate)
+	}
+	b.last = now
+	return b.tokens >= 1
+}
+
+// spend takes a token (it may go below one; refills pay it back).
+func (b *bucket) spend() { b.tokens-- }
 
 func newSession(g *Gateway, scope, principal string) *session {
 	return &session{
@@ -142,6 +175,13 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		s.g.metrics.cancel(cancelUnknown) // no other replica can hold a call of this scope
 		return
 	}
+	s.mu.Lock()
+	allowed := s.lookups.available(time.Now())
+	s.mu.Unlock()
+	if !allowed {
+		s.g.metrics.cancel(cancelRateLimited)
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
 	defer cancel()
 	resp, err := s.g.coord.Cancel(ctx, &pb.CancelRequest{
@@ -151,6 +191,11 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	if err != nil {
 		s.g.log.Warn("cancel for a call on another replica failed", "scope", s.scope, "err", err)
 		return
+	}
+	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_UNKNOWN {
+		s.mu.Lock()
+		s.lookups.spend()
+		s.mu.Unlock()
 	}
 	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
 }
