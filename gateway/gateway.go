@@ -44,6 +44,9 @@ type Options struct {
 	// AllowedOrigins are the Origin header values accepted besides
 	// loopback ones (DNS-rebinding protection).
 	AllowedOrigins []string
+	// Authenticator names the principal of each HTTP request (nil: every
+	// client is "anonymous"). Unauthenticated requests get 401.
+	Authenticator Authenticator
 	// MaxMessageBytes bounds one incoming message (default 4 MiB).
 	MaxMessageBytes int64
 	// WorkerDialOptions add to the plaintext default for Execute.

@@ -50,13 +50,17 @@ func (h *httpTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusForbidden, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", r.Header.Get("Origin")))
 		return
 	}
+	principal, ok := h.principalOf(w, r)
+	if !ok {
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
-		h.post(w, r)
+		h.post(w, r, principal)
 	case http.MethodGet:
-		h.get(w, r)
+		h.get(w, r, principal)
 	case http.MethodDelete:
-		h.delete(w, r)
+		h.delete(w, r, principal)
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		httpError(w, http.StatusMethodNotAllowed, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "method %s not allowed", r.Method))
@@ -92,7 +96,7 @@ func httpError(w http.ResponseWriter, code int, e *jsonrpc.Error) {
 	w.Write(jsonrpc.ErrorResponse(jsonrpc.ID{}, false, e))
 }
 
-func (h *httpTransport) post(w http.ResponseWriter, r *http.Request) {
+func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal string) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, h.g.opts.MaxMessageBytes+1))
 	if err != nil {
 		return
@@ -111,10 +115,10 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isModern(r, m) {
-		h.postModern(w, r, m)
+		h.postModern(w, r, m, principal)
 		return
 	}
-	h.postLegacy(w, r, m)
+	h.postLegacy(w, r, m, principal)
 }
 
 func unsupportedVersion(v string) *jsonrpc.Error {
@@ -149,8 +153,7 @@ func metaProtocolVersion(params json.RawMessage) string {
 }
 
 // postLegacy serves a 2025-era POST.
-func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
-	principal := anonymous
+func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
 	if m.Kind == jsonrpc.KindRequest && m.Method == "initialize" {
 		h.initialize(w, r, m, principal)
 		return
@@ -263,7 +266,7 @@ func (h *httpTransport) evictLocked() {
 }
 
 // get opens a session's stream for server-initiated messages.
-func (h *httpTransport) get(w http.ResponseWriter, r *http.Request) {
+func (h *httpTransport) get(w http.ResponseWriter, r *http.Request, principal string) {
 	if !acceptsSSE(r) {
 		httpError(w, http.StatusNotAcceptable, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "GET needs Accept: text/event-stream"))
 		return
@@ -273,7 +276,7 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusMethodNotAllowed, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "no session: this endpoint has no stream without one"))
 		return
 	}
-	s, status := h.lookup(r.Context(), r.Header.Get(hdrSession), anonymous)
+	s, status := h.lookup(r.Context(), r.Header.Get(hdrSession), principal)
 	if s == nil {
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
 		return
@@ -298,9 +301,9 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request) {
 }
 
 // delete ends a session: its calls on every replica are cancelled.
-func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request) {
+func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request, principal string) {
 	id := r.Header.Get(hdrSession)
-	s, status := h.lookup(r.Context(), id, anonymous)
+	s, status := h.lookup(r.Context(), id, principal)
 	if s == nil {
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
 		return
@@ -320,7 +323,7 @@ func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request) {
 
 // postModern serves a 2026-07-28 POST: no session; the request is its own
 // scope, and closing its response stream cancels it.
-func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message) {
+func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
 	if m.Kind != jsonrpc.KindRequest {
 		w.WriteHeader(http.StatusAccepted) // no client notifications in this revision; nothing to do
 		return
@@ -329,7 +332,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}
-	s := newSession(h.g, "stream:"+randomToken(16), anonymous)
+	s := newSession(h.g, "stream:"+randomToken(16), principal)
 	s.modern = true
 	w.Header().Set(HeaderScope, s.scope)
 	if m.Method == "subscriptions/listen" {

@@ -98,7 +98,12 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 		return err
 	}
 	defer conn.Close()
-	g := gateway.New(o.options(pb.NewCoordinatorServiceClient(conn), log.With("part", "gateway")))
+	glog := log.With("part", "gateway")
+	gopts := o.options(pb.NewCoordinatorServiceClient(conn), glog)
+	if gopts.Authenticator, err = o.authenticator(glog); err != nil {
+		return err
+	}
+	g := gateway.New(gopts)
 	return serveGateway(ctx, s, g, &o.gatewayFlags)
 }
 

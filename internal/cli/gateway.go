@@ -25,6 +25,7 @@ beside /mcp. On SIGINT or SIGTERM it stops accepting, lets calls finish for
 
 type gatewayFlags struct {
 	http, coordinator, name, origins string
+	tokensFile                       string
 	stdio                            bool
 	callTimeout, grace, ping         time.Duration
 	scopeLimit, globalLimit          int
@@ -38,6 +39,7 @@ func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
 		f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
 	}
 	f.fs.StringVar(&o.name, "name", "", "this gateway replica's `name` in call records (default: generated)")
+	f.fs.StringVar(&o.tokensFile, "tokens-file", "", "`file` of bearer tokens, one \"TOKEN PRINCIPAL\" per line, reread when it changes; empty: no authentication (every client is \"anonymous\")")
 	f.fs.StringVar(&o.origins, "allowed-origins", "", "comma-separated `origins` browsers may call from, besides loopback (DNS-rebinding protection)")
 	f.fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Minute, "longest a tool call may run before it is cancelled (reason \"timeout\")")
 	f.fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long shutdown lets calls in flight finish before cancelling them")
@@ -55,6 +57,20 @@ func (o *gatewayFlags) check() error {
 		return usageError{errors.New("--scope-limit and --global-limit must be positive")}
 	}
 	return nil
+}
+
+// authenticator returns the configured authenticator, or nil (warning
+// loudly when the gateway listens beyond loopback without one).
+func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, error) {
+	if o.tokensFile != "" {
+		return gateway.NewTokenFile(o.tokensFile)
+	}
+	if host, _, err := net.SplitHostPort(o.http); !o.stdio && err == nil {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			log.Warn("NO AUTHENTICATION: the gateway listens beyond loopback and every client is \"anonymous\"; pass --tokens-file", "http", o.http)
+		}
+	}
+	return nil, nil
 }
 
 func (o *gatewayFlags) options(coord pb.CoordinatorServiceClient, log *slog.Logger) gateway.Options {
@@ -86,7 +102,11 @@ func runGateway(ctx context.Context, s streams, args []string) error {
 	}
 	defer conn.Close()
 	log := newLogger(s.stderr, *o.logLevel)
-	g := gateway.New(o.options(pb.NewCoordinatorServiceClient(conn), log))
+	gopts := o.options(pb.NewCoordinatorServiceClient(conn), log)
+	if gopts.Authenticator, err = o.authenticator(log); err != nil {
+		return err
+	}
+	g := gateway.New(gopts)
 	return serveGateway(ctx, s, g, o)
 }
 
