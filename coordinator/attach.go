@@ -192,7 +192,7 @@ func (s *Server) receive(ctx context.Context, stream pb.CoordinatorService_Attac
 func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.AttachRequest) error {
 	switch msg := m.GetMsg().(type) {
 	case *pb.AttachRequest_Stopped:
-		if len(msg.Stopped.GetCallId()) != 32 || msg.Stopped.GetStoppedAt() == nil {
+		if !validCallID(msg.Stopped.GetCallId()) || msg.Stopped.GetStoppedAt() == nil {
 			return nil // a report we cannot use; ignore it rather than drop the worker
 		}
 		s.stops.add(ctx, stopReport{worker: a.worker, callID: msg.Stopped.GetCallId(), at: msg.Stopped.GetStoppedAt().AsTime()})

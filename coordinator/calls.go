@@ -212,14 +212,7 @@ func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	return resp, toStatus(err)
 }
 
-func cancelResultLabel(r pb.CancelResult) string {
-	for k, v := range cancelResults {
-		if v == r {
-			return cancelResultNames[k]
-		}
-	}
-	return "unknown"
-}
+func cancelResultLabel(r pb.CancelResult) string { return cancelResultNames[r] }
 
 func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	d := decision{
@@ -307,10 +300,7 @@ var settleResults = map[settled]pb.SettleResult{
 
 // ownedCall reads the call a worker or gateway names by id and fence.
 func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *mvccpb.KeyValue, error) {
-	if ref == nil || len(ref.GetCallId()) != 32 {
-		return nil, nil, invalid("call id must be 32 hex digits")
-	}
-	if _, err := hexDecode(ref.GetCallId()); err != nil {
+	if !validCallID(ref.GetCallId()) {
 		return nil, nil, invalid("call id must be 32 hex digits")
 	}
 	rec, kv, err := s.getCall(ctx, ref.GetCallId())
@@ -504,7 +494,7 @@ func (s *Server) GetCall(ctx context.Context, req *pb.GetCallRequest) (*pb.GetCa
 	var err error
 	switch t := req.GetTarget().(type) {
 	case *pb.GetCallRequest_CallId:
-		if _, herr := hexDecode(t.CallId); herr != nil || len(t.CallId) != 32 {
+		if !validCallID(t.CallId) {
 			return nil, toStatus(invalid("call id must be 32 hex digits"))
 		}
 		rec, kv, err = s.getCall(ctx, t.CallId)

@@ -173,4 +173,8 @@ func SanitizeReason(s string) string {
 	return b.String()
 }
 
-func hexDecode(s string) ([]byte, error) { return hex.DecodeString(s) }
+// validCallID says whether id is a call id: 32 hex digits.
+func validCallID(id string) bool {
+	_, err := hex.DecodeString(id)
+	return len(id) == 32 && err == nil
+}

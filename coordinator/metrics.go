@@ -1,6 +1,10 @@
 package coordinator
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
 
 // metrics are the coordinator's Prometheus metrics.
 type metrics struct {
@@ -45,9 +49,11 @@ func newMetrics(s *Server) *metrics {
 // Registry is the replica's metrics registry; serve it on an admin port.
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
-var cancelResultNames = map[settled]string{
-	won:              "cancelled",
-	alreadyCompleted: "already_completed",
-	alreadyFailed:    "already_failed",
-	alreadyCancelled: "already_cancelled",
+// cancelResultNames label Cancel's answers in metrics.
+var cancelResultNames = map[pb.CancelResult]string{
+	pb.CancelResult_CANCEL_RESULT_CANCELLED:         "cancelled",
+	pb.CancelResult_CANCEL_RESULT_ALREADY_COMPLETED: "already_completed",
+	pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED:    "already_failed",
+	pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED: "already_cancelled",
+	pb.CancelResult_CANCEL_RESULT_UNKNOWN:           "unknown",
 }

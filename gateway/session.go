@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -214,7 +216,7 @@ func cancelResultLabel(r pb.CancelResult) string {
 // remoteCalls says whether another replica may run calls of this scope:
 // only 2025 HTTP sessions span replicas.
 func (s *session) remoteCalls() bool {
-	return len(s.scope) > len("session:") && s.scope[:8] == "session:"
+	return strings.HasPrefix(s.scope, coordinator.SessionScopePrefix)
 }
 
 // idle says whether the session holds no call and no stream.

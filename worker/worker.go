@@ -33,9 +33,6 @@ import (
 // detachTimeout bounds the wait for the coordinator to revoke the lease.
 const detachTimeout = 5 * time.Second
 
-// ErrClosed means the worker is shutting down or has shut down.
-var ErrClosed = errors.New("worker: closed")
-
 // Options configures a worker. The zero value of every field but
 // Coordinator means its default.
 type Options struct {

@@ -167,7 +167,8 @@ func TestCallInterrupted(t *testing.T) {
 	dev.stop(t)
 }
 
-// startCmd is start for a command made by the caller, whose stdout it set.
+// startCmd starts a command made by the caller (who may have set its
+// stdout), collecting its stderr; t's cleanup kills it if it still runs.
 func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
 	stderr, err := cmd.StderrPipe()
@@ -183,7 +184,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		cmd.Process.Kill()
 		<-p.exited
 		if t.Failed() {
-			t.Logf("mcpcancel call stderr:\n%s", p.stderr())
+			t.Logf("mcpcancel %s stderr:\n%s", cmd.Args[1], p.stderr())
 		}
 	})
 	return p

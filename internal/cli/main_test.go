@@ -94,23 +94,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := command(args...)
 	cmd.Env = append(cmd.Env, env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{}), more: make(chan struct{}, 1)}
-	go p.collect(stderr) // owned by p: exited is closed when it ends
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("mcpcancel %s stderr:\n%s", args[0], p.stderr())
-		}
-	})
-	return p
+	return startCmd(t, cmd)
 }
 
 func (p *proc) collect(stderr io.Reader) {
