@@ -155,7 +155,12 @@ func TestBogusCancelFlood(t *testing.T) {
 	g := st.gateways[0]
 	victim, flooder := openSession(t, st.urls[0]), openSession(t, st.urls[0])
 	done := startCall(t, st.urls[0], victim, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
-	waitFor(t, "the call to run", func() bool { return metric(t, g, "mcpcancel_gateway_calls_in_flight") == 1 })
+	// Wait for Begin to have committed, not merely for the gateway to
+	// have registered the call, or its write lands inside the window.
+	waitFor(t, "the call to run", func() bool {
+		resp, err := st.c.ListWorkers(t.Context(), nil)
+		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 1
+	})
 	before := st.revision(t)
 	const flood = 1000
 	for i := range flood {
