@@ -7,13 +7,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveAdmin serves /metrics (and /healthz) for reg on addr until ctx is
+// serveAdmin serves /metrics (and /healthz) for reg, and the Go profiles at
+// /debug/pprof/ (the benchmark reads heaps there), on addr until ctx is
 // done. An empty addr serves nothing. It prints "admin: HOST:PORT".
 func serveAdmin(ctx context.Context, stderr io.Writer, addr string, reg *prometheus.Registry) error {
 	if addr == "" {
@@ -27,6 +29,11 @@ func serveAdmin(ctx context.Context, stderr io.Writer, addr string, reg *prometh
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }() // ends with Shutdown below

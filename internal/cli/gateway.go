@@ -26,6 +26,7 @@ beside /mcp. On SIGINT or SIGTERM it stops accepting, lets calls finish for
 type gatewayFlags struct {
 	http, coordinator, name, origins string
 	tokensFile                       string
+	admin                            string // /metrics and /debug/pprof/ beside MCP
 	stdio                            bool
 	callTimeout, grace, ping         time.Duration
 	scopeLimit, globalLimit          int
@@ -46,6 +47,7 @@ func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
 	f.fs.DurationVar(&o.ping, "ping-interval", 0, "ping clients that can hear the gateway this often; 0 never")
 	f.fs.IntVar(&o.scopeLimit, "scope-limit", 256, "most calls in flight per session or connection")
 	f.fs.IntVar(&o.globalLimit, "global-limit", 10000, "most calls in flight on this gateway")
+	f.fs.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics and /debug/pprof/ on (also with --stdio); empty serves none")
 	o.logLevel = f.logLevel()
 }
 
@@ -116,6 +118,7 @@ func serveGateway(ctx context.Context, s streams, g *gateway.Gateway, o *gateway
 	defer stopRun()
 	var eg errgroup.Group
 	eg.Go(func() error { return g.Run(runCtx) })
+	eg.Go(func() error { return serveAdmin(runCtx, s.stderr, o.admin, g.Registry()) })
 	var err error
 	if o.stdio {
 		err = g.ServeStdio(ctx, os.Stdin, s.stdout)
@@ -128,6 +131,5 @@ func serveGateway(ctx context.Context, s streams, g *gateway.Gateway, o *gateway
 		}
 	}
 	stopRun()
-	eg.Wait()
-	return err
+	return errors.Join(err, eg.Wait())
 }
