@@ -1,0 +1,156 @@
+// Package authz authorises gRPC calls by the role of the caller's
+// verified client certificate (see package tlsconfig): a policy maps each
+// method to the roles that may call it, and a few methods also check the
+// request (a worker may settle only calls it names itself as the owner
+// of). It is installed only on servers that require client certificates.
+package authz
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
+)
+
+// Policy maps full method names ("/pkg.Service/Method") to the roles
+// allowed to call them. A method it does not name is denied to everyone.
+type Policy struct {
+	methods map[string]map[string]bool
+	// check, if set for a method and role, vets the request as well.
+	check map[string]func(role string, req any) error
+}
+
+// healthMethods are open to every role: probes and load balancers.
+var healthMethods = []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"}
+
+func newPolicy(rules map[string][]string) *Policy {
+	p := &Policy{methods: map[string]map[string]bool{}, check: map[string]func(string, any) error{}}
+	for _, m := range healthMethods {
+		rules[m] = []string{tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleCoordinator, tlsconfig.RoleAdmin}
+	}
+	for m, roles := range rules {
+		p.methods[m] = map[string]bool{}
+		for _, r := range roles {
+			p.methods[m][r] = true
+		}
+	}
+	return p
+}
+
+func coord(m string) string { return "/" + pb.CoordinatorService_ServiceDesc.ServiceName + "/" + m }
+
+// Coordinator is the coordinator's policy. Gateways run calls and
+// sessions; workers attach and settle their own calls; admins (the
+// operator CLI) read calls and the audit trail; coordinators call none.
+func Coordinator() *Policy {
+	const g, w, a = tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleAdmin
+	p := newPolicy(map[string][]string{
+		coord("Begin"): {g}, coord("CancelScope"): {g},
+		coord("OpenSession"): {g}, coord("GetSession"): {g}, coord("CloseSession"): {g},
+		coord("Cancel"): {g, w}, coord("Fail"): {g, w}, coord("Complete"): {w},
+		coord("Attach"):    {w},
+		coord("ListTools"): {g, w, a}, coord("WatchTools"): {g},
+		coord("ListWorkers"): {g, a}, coord("GetCall"): {g, a},
+		coord("ListAudit"): {a}, coord("WatchAudit"): {a},
+	})
+	for _, m := range []string{"Cancel", "Fail", "Complete"} {
+		p.check[coord(m)] = workerSettlesOwnCall
+	}
+	return p
+}
+
+// Worker is the worker's policy: only gateways run calls.
+func Worker() *Policy {
+	return newPolicy(map[string][]string{
+		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Execute": {tlsconfig.RoleGateway},
+	})
+}
+
+// workerSettlesOwnCall lets a worker settle a call only by its CallRef,
+// naming itself as the owner: the coordinator then refuses it unless the
+// call runs on that worker. A worker never cancels by a client's key.
+func workerSettlesOwnCall(role string, req any) error {
+	if role != tlsconfig.RoleWorker {
+		return nil
+	}
+	var ref *pb.CallRef
+	switch r := req.(type) {
+	case *pb.CancelRequest:
+		ref = r.GetCall()
+	case *pb.FailRequest:
+		ref = r.GetCall()
+	case *pb.CompleteRequest:
+		ref = r.GetCall()
+	}
+	if ref.GetWorker() == "" {
+		return status.Error(codes.PermissionDenied, "a worker may settle only a call it names itself the owner of")
+	}
+	return nil
+}
+
+// roleOf returns the role of the verified client certificate of ctx's
+// peer.
+func roleOf(ctx context.Context) (string, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "no peer")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return "", status.Error(codes.Unauthenticated, "a verified client certificate is required")
+	}
+	return tlsconfig.RoleOf(info.State.VerifiedChains[0][0]), nil
+}
+
+// allow authorises a call of method from ctx's peer.
+func (p *Policy) allow(ctx context.Context, method string) (string, error) {
+	role, err := roleOf(ctx)
+	if err != nil {
+		return "", err
+	}
+	if !p.methods[method][role] {
+		return "", status.Errorf(codes.PermissionDenied, "role %q may not call %s", role, method[strings.LastIndex(method, "/")+1:])
+	}
+	return role, nil
+}
+
+// UnaryServerInterceptor enforces p on unary calls.
+func (p *Policy) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		role, err := p.allow(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		if check := p.check[info.FullMethod]; check != nil {
+			if err := check(role, req); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor enforces p on streams.
+func (p *Policy) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if _, err := p.allow(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ServerOptions install p's interceptors, after any chained before them.
+func (p *Policy) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(p.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(p.StreamServerInterceptor()),
+	}
+}
