@@ -72,8 +72,9 @@ func (c *control) session(ctx context.Context) error {
 		return err
 	}
 	c.mu.Lock()
+	tools, gen := c.w.toolList()
 	hello := &pb.WorkerHello{
-		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: c.w.toolList(),
+		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: tools,
 		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease,
 	}
 	c.mu.Unlock()
@@ -91,6 +92,10 @@ func (c *control) session(ctx context.Context) error {
 	c.stream = stream
 	c.coordinator = att.GetCoordinator()
 	draining := c.draining
+	if tools, now := c.w.toolList(); now != gen {
+		// The tools changed while the hello was on its way.
+		stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+	}
 	c.mu.Unlock()
 	if had != 0 && !att.GetAdopted() {
 		c.w.log.Warn("lease expired while detached; abandoning running calls", "old", had, "new", att.GetLeaseId())
@@ -191,22 +196,17 @@ func (c *control) drain() {
 	}
 }
 
-// toolsChanged re-registers the tool list if attached.
+// toolsChanged re-registers the tool list if attached. The caller must
+// not hold w.mu: the lock order is c.mu, then w.mu. Holding c.mu across
+// the snapshot and the send keeps concurrent changes in order.
 func (c *control) toolsChanged() {
-	if c.w == nil {
-		return
-	}
 	c.mu.Lock()
-	s := c.stream
-	c.mu.Unlock()
-	if s != nil {
-		tools := c.w.toolListLocked()
-		c.mu.Lock()
-		if c.stream == s {
-			s.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
-		}
-		c.mu.Unlock()
+	defer c.mu.Unlock()
+	if c.stream == nil {
+		return // the next hello carries the tools
 	}
+	tools, _ := c.w.toolList()
+	c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
 }
 
 // detach flushes stop reports and asks the coordinator to revoke the

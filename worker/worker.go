@@ -84,6 +84,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	tools    map[string]*registered
+	toolsGen uint64 // counts changes to tools
 	calls    map[string]*execution
 	draining bool
 	running  sync.WaitGroup // handlers
@@ -141,18 +142,48 @@ func (w *Worker) Handle(t Tool, h Handler) {
 		t.InputSchema = json.RawMessage(`{"type":"object"}`)
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if _, dup := w.tools[t.Name]; dup {
+		w.mu.Unlock()
 		panic(fmt.Sprintf("worker: tool %q registered twice", t.Name))
 	}
 	w.tools[t.Name] = &registered{t, h}
+	w.toolsGen++
+	w.mu.Unlock()
 	w.ctrl.toolsChanged()
 }
 
-func (w *Worker) toolList() []*pb.Tool {
+// SetTools replaces the worker's whole tool set with tools, all run by h
+// (which tells them apart by Call.Tool), and re-registers the set with the
+// coordinator at once if attached. Calls already running keep their
+// handler. It is for workers whose tools change at run time, such as an
+// adapter fronting an MCP server whose tool list changes. It panics on a
+// tool without a name, a duplicate name or a nil handler.
+func (w *Worker) SetTools(tools []Tool, h Handler) {
+	set := make(map[string]*registered, len(tools))
+	for _, t := range tools {
+		if t.Name == "" || h == nil {
+			panic("worker: SetTools needs tool names and a handler")
+		}
+		if _, dup := set[t.Name]; dup {
+			panic(fmt.Sprintf("worker: tool %q listed twice", t.Name))
+		}
+		if len(t.InputSchema) == 0 {
+			t.InputSchema = json.RawMessage(`{"type":"object"}`)
+		}
+		set[t.Name] = &registered{t, h}
+	}
+	w.mu.Lock()
+	w.tools = set
+	w.toolsGen++
+	w.mu.Unlock()
+	w.ctrl.toolsChanged()
+}
+
+// toolList returns the tool set and its generation.
+func (w *Worker) toolList() ([]*pb.Tool, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.toolListLocked()
+	return w.toolListLocked(), w.toolsGen
 }
 
 func (w *Worker) toolListLocked() []*pb.Tool {

@@ -1,0 +1,178 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+)
+
+// errToolTimeout is the cause of a context ended by a tool's own timeout.
+var errToolTimeout = errors.New("upstream: tool timeout")
+
+// handle runs one call on the server. Its ctx is cancelled when the
+// coordinator settles the call without us; the SDK then tells the server
+// (notifications/cancelled with the id it chose), and the result, if one
+// still comes, is dropped.
+func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+	tc := a.opts.Config.Tool(c.Tool)
+	if tc.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(tc.Timeout), errToolTimeout)
+		defer cancel()
+	}
+	release, err := a.acquire(ctx)
+	if err != nil {
+		return nil, callErr(ctx, c, tc, err)
+	}
+	defer release()
+	r := a.tokens.add(ctx, c)
+	defer a.tokens.remove(r)
+	for attempt := 1; ; attempt++ {
+		res, err := a.forward(ctx, c, r)
+		switch {
+		case err == nil:
+			return res, nil
+		case ctx.Err() != nil:
+			return nil, callErr(ctx, c, tc, ctx.Err())
+		case attempt == 1 && tc.Idempotent && errors.Is(err, ErrServerGone) && !r.relayedAny():
+			a.log.Info("retrying an idempotent call once after the server went away", "call", c.ID, "tool", c.Tool)
+		default:
+			return nil, err
+		}
+	}
+}
+
+// forward sends the call on the current session.
+func (a *Adapter) forward(ctx context.Context, c *worker.Call, r *relay) (*worker.Result, error) {
+	s, err := a.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &mcp.CallToolParams{Name: c.Tool, Arguments: c.Arguments}
+	if r.token != "" {
+		p.SetProgressToken(r.token)
+	}
+	res, err := s.CallTool(ctx, p)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, mcp.ErrConnectionClosed):
+		return nil, fmt.Errorf("%w (%v); the adapter is reconnecting to it", ErrServerGone, err)
+	default:
+		return nil, fmt.Errorf("upstream MCP server: %w", err)
+	}
+}
+
+// callErr explains an ended context: the tool's own timeout is a failure
+// the user should read as such.
+func callErr(ctx context.Context, c *worker.Call, tc ToolConfig, err error) error {
+	if errors.Is(context.Cause(ctx), errToolTimeout) {
+		return fmt.Errorf("%w: %s took longer than its %v timeout and was cancelled upstream", ErrTimeout, c.Tool, time.Duration(tc.Timeout))
+	}
+	return err
+}
+
+// acquire takes a concurrency slot, if MaxConcurrency is set.
+func (a *Adapter) acquire(ctx context.Context) (func(), error) {
+	if a.sem == nil {
+		return func() {}, nil
+	}
+	select {
+	case a.sem <- struct{}{}:
+		return func() { <-a.sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// progressRoutes maps the progress tokens the adapter sends upstream to
+// the calls they belong to.
+type progressRoutes struct {
+	mu   sync.Mutex
+	m    map[string]*relay
+	next uint64
+}
+
+// relay forwards one call's upstream progress while its context lives.
+type relay struct {
+	token string // empty when the client asked for no progress
+	ctx   context.Context
+	call  *worker.Call
+	stop  func() bool
+
+	mu      sync.Mutex // held across a send, so none follows close
+	closed  bool
+	relayed bool
+}
+
+// add routes a fresh token to c, if c wants progress. The route closes as
+// soon as ctx is done.
+func (p *progressRoutes) add(ctx context.Context, c *worker.Call) *relay {
+	r := &relay{ctx: ctx, call: c}
+	if !c.WantsProgress() {
+		return r
+	}
+	p.mu.Lock()
+	p.next++
+	r.token = "mcpcancel-" + strconv.FormatUint(p.next, 10)
+	p.m[r.token] = r
+	p.mu.Unlock()
+	r.stop = context.AfterFunc(ctx, r.close)
+	return r
+}
+
+func (p *progressRoutes) remove(r *relay) {
+	if r.token == "" {
+		return
+	}
+	r.stop()
+	r.close()
+	p.mu.Lock()
+	delete(p.m, r.token)
+	p.mu.Unlock()
+}
+
+// deliver is the client's progress handler.
+func (p *progressRoutes) deliver(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	tok, ok := req.Params.ProgressToken.(string)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	r := p.m[tok]
+	p.mu.Unlock()
+	if r != nil {
+		r.send(req.Params.Progress, req.Params.Total, req.Params.Message)
+	}
+}
+
+func (r *relay) send(progress, total float64, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.ctx.Err() != nil {
+		return
+	}
+	r.relayed = true
+	r.call.Progress(progress, total, msg)
+}
+
+func (r *relay) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+}
+
+func (r *relay) relayedAny() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.relayed
+}

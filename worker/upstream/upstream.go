@@ -1,0 +1,255 @@
+// Package upstream fronts an existing MCP server as mcpcancel worker tools.
+//
+// An Adapter runs the server as a child process over stdio, or connects to
+// it over Streamable HTTP, with the Go MCP SDK's client. It registers the
+// server's tools (name, title, description, input and output schemas,
+// annotations) as its worker's tools, and re-registers them when the server
+// sends notifications/tools/list_changed. Each call is forwarded with the
+// client session's own fresh request id, never the MCP client's. When the
+// coordinator decides a cancel, the worker cancels the handler's context:
+// the SDK then sends the server notifications/cancelled naming the
+// upstream id (and, over HTTP, closes the request's response stream), and
+// the adapter stops relaying progress at once and drops any late result,
+// whatever the server does.
+//
+// A child process is supervised: if it dies, its in-flight calls fail with
+// a clear error and it is restarted with backoff; its stderr is logged;
+// on shutdown its whole process group is killed.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+)
+
+// Errors a call can fail with; the worker reports their text to the client.
+var (
+	ErrUnavailable = errors.New("upstream: the MCP server is not available")
+	ErrServerGone  = errors.New("upstream: the MCP server went away during the call")
+	ErrTimeout     = errors.New("upstream: the call timed out")
+)
+
+// Options configures an Adapter. Exactly one of Command and URL is set.
+type Options struct {
+	// Command runs the server as a child process speaking MCP on stdio:
+	// the program and its arguments (see SplitCommand).
+	Command []string
+	// Dir and Env are the child's working directory and extra environment
+	// (added to this process's); both optional.
+	Dir string
+	Env []string
+	// URL is a Streamable HTTP endpoint; the protocol version is
+	// negotiated (2026-07-28 if the server supports it, else 2025-era).
+	URL string
+	// HTTPClient for URL (default http.DefaultClient).
+	HTTPClient *http.Client
+	// MaxConcurrency caps calls forwarded at once; more wait for a slot.
+	// 0 means no cap.
+	MaxConcurrency int
+	// Config holds per-tool options; nil means defaults for every tool.
+	Config *Config
+	// ConnectWait bounds how long a call waits for the server to be
+	// (re)connected before it fails (default 30s).
+	ConnectWait time.Duration
+	// MinBackoff and MaxBackoff bound the wait between restarts (default
+	// 100ms and 10s); the wait doubles after each quick failure.
+	MinBackoff, MaxBackoff time.Duration
+	// TerminateWait is how long shutdown waits for the child to exit after
+	// its stdin is closed, before killing its process group (default 2s).
+	TerminateWait time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Adapter fronts one MCP server as the tools of one worker.
+type Adapter struct {
+	w    *worker.Worker
+	opts Options
+	log  *slog.Logger
+	sem  chan struct{} // nil when unbounded
+
+	tokens progressRoutes
+
+	mu      sync.Mutex
+	sess    *mcp.ClientSession // nil while (re)connecting
+	up      chan struct{}      // closed while sess is set
+	pid     int
+	started bool
+	ready   chan struct{} // closed once the tools were first registered
+	once    sync.Once
+}
+
+// New returns an adapter registering its tools on w. It panics unless
+// exactly one of opts.Command and opts.URL is set.
+func New(w *worker.Worker, opts Options) *Adapter {
+	if (len(opts.Command) == 0) == (opts.URL == "") {
+		panic("upstream: set exactly one of Options.Command and Options.URL")
+	}
+	if opts.ConnectWait <= 0 {
+		opts.ConnectWait = 30 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 10 * time.Second
+	}
+	if opts.TerminateWait <= 0 {
+		opts.TerminateWait = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Config == nil {
+		opts.Config = &Config{}
+	}
+	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), up: make(chan struct{}), ready: make(chan struct{})}
+	if opts.MaxConcurrency > 0 {
+		a.sem = make(chan struct{}, opts.MaxConcurrency)
+	}
+	a.tokens.m = map[string]*relay{}
+	return a
+}
+
+func (o Options) describe() string {
+	if o.URL != "" {
+		return o.URL
+	}
+	return o.Command[0]
+}
+
+// Ready is closed once the server's tools were registered for the first
+// time.
+func (a *Adapter) Ready() <-chan struct{} { return a.ready }
+
+// PID is the process id of the running child, 0 if none (or over HTTP).
+func (a *Adapter) PID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pid
+}
+
+// Run connects to the server (starting it, for Command) and keeps it
+// connected, restarting it with backoff whenever it dies, until ctx is
+// done; then it stops the child and returns. Run may be called once; run
+// the worker alongside it.
+func (a *Adapter) Run(ctx context.Context) error {
+	a.mu.Lock()
+	if a.started {
+		a.mu.Unlock()
+		return errors.New("upstream: Run called twice")
+	}
+	a.started = true
+	a.mu.Unlock()
+	wait := a.opts.MinBackoff
+	for {
+		start := time.Now()
+		err := a.connectOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > 10*a.opts.MaxBackoff {
+			wait = a.opts.MinBackoff
+		}
+		a.log.Warn("upstream MCP server disconnected; reconnecting", "err", err, "in", wait)
+		if !sleepCtx(ctx, wait) {
+			return nil
+		}
+		wait = min(2*wait, a.opts.MaxBackoff)
+	}
+}
+
+// connectOnce runs one connection to the server until it ends or ctx is
+// done.
+func (a *Adapter) connectOnce(ctx context.Context) error {
+	refresh := make(chan struct{}, 1)
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, &mcp.ClientOptions{
+		// No roots, sampling or elicitation: the adapter has none to offer.
+		Capabilities:                &mcp.ClientCapabilities{},
+		ProgressNotificationHandler: a.tokens.deliver,
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case refresh <- struct{}{}:
+			default:
+			}
+		},
+	})
+	conn, err := a.dial(ctx, client)
+	if err != nil {
+		return err
+	}
+	ended := make(chan struct{})
+	go func() { conn.sess.Wait(); close(ended) }() // ends when conn is closed; waited below
+	defer func() { conn.close(); <-ended }()
+	if err := a.registerTools(ctx, conn.sess); err != nil {
+		return err
+	}
+	a.setSession(conn.sess, conn.pid)
+	defer a.setSession(nil, 0) // before the close: no new call picks a dying session
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ended:
+			// Reap the child, for its exit status.
+			return fmt.Errorf("the session ended: %v", conn.close())
+		case <-refresh:
+			if err := a.registerTools(ctx, conn.sess); err != nil {
+				a.log.Warn("re-listing tools after tools/list_changed", "err", err)
+			}
+		}
+	}
+}
+
+func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sess, a.pid = s, pid
+	if s != nil {
+		close(a.up)
+	} else {
+		a.up = make(chan struct{})
+	}
+}
+
+// session waits, up to ConnectWait, for a connected session.
+func (a *Adapter) session(ctx context.Context) (*mcp.ClientSession, error) {
+	t := time.NewTimer(a.opts.ConnectWait)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		s, up := a.sess, a.up
+		a.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			return nil, fmt.Errorf("%w: not connected after %v", ErrUnavailable, a.opts.ConnectWait)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx is done; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
