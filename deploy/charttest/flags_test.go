@@ -1,0 +1,110 @@
+package charttest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// mcpcancel builds the binary from the repository once per test run, with
+// the version stamped the way the Dockerfile stamps it.
+func mcpcancel(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "charttest")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "mcpcancel")
+		cmd := exec.Command("go", "build", "-o", binPath,
+			"-ldflags", "-X "+versionVar(t)+"=v9.8.7-charttest", "./cmd/mcpcancel")
+		cmd.Dir = repoRoot
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = &buildError{err, string(out)}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string {
+	return "go build ./cmd/mcpcancel: " + e.err.Error() + "\n" + e.out
+}
+
+var helpFlag = regexp.MustCompile(`(?m)^  --([a-z0-9-]+)`)
+
+// helpFlags are the flags `mcpcancel SUB --help` lists.
+func helpFlags(t *testing.T, sub string) map[string]bool {
+	t.Helper()
+	out, err := exec.Command(mcpcancel(t), sub, "--help").Output()
+	if err != nil && len(out) == 0 {
+		t.Fatalf("mcpcancel %s --help: %v", sub, err)
+	}
+	flags := map[string]bool{}
+	for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) < 3 {
+		t.Fatalf("mcpcancel %s --help lists %d flags:\n%s", sub, len(flags), out)
+	}
+	return flags
+}
+
+// TestChartFlagsExist: every --flag the chart passes to mcpcancel, in every
+// scenario, is one the binary's subcommand has.
+func TestChartFlagsExist(t *testing.T) {
+	known := map[string]map[string]bool{}
+	for _, sc := range scenarios {
+		m := render(t, sc.values)
+		for _, w := range workloads(m) {
+			for _, c := range w.Pod.Spec.Containers {
+				sub := subcommand(c)
+				if sub == "" {
+					continue
+				}
+				if known[sub] == nil {
+					known[sub] = helpFlags(t, sub)
+				}
+				for _, a := range c.Args[1:] {
+					name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+					if !strings.HasPrefix(a, "--") || !known[sub][name] {
+						t.Errorf("%s: %s %s/%s passes %q, which `mcpcancel %s --help` does not list", sc.name, w.Kind, w.Name, c.Name, a, sub)
+					}
+				}
+			}
+		}
+	}
+	if len(known) != 3 {
+		t.Errorf("checked the flags of %d subcommands, want gateway, coordinator and worker", len(known))
+	}
+}
+
+// TestVersionStamp: the -X variable the Dockerfile stamps is the one
+// `mcpcancel version` prints.
+func TestVersionStamp(t *testing.T) {
+	out, err := exec.Command(mcpcancel(t), "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "v9.8.7-charttest") {
+		t.Errorf("mcpcancel version = %q; the -X %s stamp did not take", out, versionVar(t))
+	}
+}
