@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpcancel/mcpcancel/worker"
@@ -34,8 +35,10 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	defer release()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
+	var used *mcp.ClientSession
 	for attempt := 1; ; attempt++ {
-		res, err := a.forward(ctx, c, r)
+		var res *worker.Result
+		res, used, err = a.forward(ctx, c, r, used)
 		switch {
 		case err == nil:
 			return res, nil
@@ -49,12 +52,18 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	}
 }
 
-// forward sends the call on the current session.
-func (a *Adapter) forward(ctx context.Context, c *worker.Call, r *relay) (*worker.Result, error) {
-	s, err := a.session(ctx)
+// forward sends the call on the current session, waiting for one other
+// than failed (the session a first attempt failed on).
+func (a *Adapter) forward(ctx context.Context, c *worker.Call, r *relay, failed *mcp.ClientSession) (*worker.Result, *mcp.ClientSession, error) {
+	s, err := a.session(ctx, failed)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	res, err := a.callTool(ctx, s, c, r)
+	return res, s, err
+}
+
+func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.Call, r *relay) (*worker.Result, error) {
 	p := &mcp.CallToolParams{Name: c.Tool, Arguments: c.Arguments}
 	if r.token != "" {
 		p.SetProgressToken(r.token)
@@ -65,10 +74,14 @@ func (a *Adapter) forward(ctx context.Context, c *worker.Call, r *relay) (*worke
 		return res, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case errors.Is(err, mcp.ErrConnectionClosed):
-		return nil, fmt.Errorf("%w (%v); the adapter is reconnecting to it", ErrServerGone, err)
+	case errors.As(err, new(*jsonrpc.Error)):
+		// The server answered with a JSON-RPC error: a protocol fault, such
+		// as arguments its schema refuses.
+		return nil, fmt.Errorf("the upstream MCP server refused the call: %w", err)
 	default:
-		return nil, fmt.Errorf("upstream MCP server: %w", err)
+		// Anything else is the connection failing under the call (EOF when
+		// a child dies, a reset over HTTP).
+		return nil, fmt.Errorf("%w (%v); the adapter is reconnecting to it", ErrServerGone, err)
 	}
 }
 

@@ -81,7 +81,7 @@ type Adapter struct {
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
-	up      chan struct{}      // closed while sess is set
+	changed chan struct{}      // closed and replaced when sess changes
 	pid     int
 	started bool
 	ready   chan struct{} // closed once the tools were first registered
@@ -112,7 +112,7 @@ func New(w *worker.Worker, opts Options) *Adapter {
 	if opts.Config == nil {
 		opts.Config = &Config{}
 	}
-	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), up: make(chan struct{}), ready: make(chan struct{})}
+	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), changed: make(chan struct{}), ready: make(chan struct{})}
 	if opts.MaxConcurrency > 0 {
 		a.sem = make(chan struct{}, opts.MaxConcurrency)
 	}
@@ -214,26 +214,24 @@ func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sess, a.pid = s, pid
-	if s != nil {
-		close(a.up)
-	} else {
-		a.up = make(chan struct{})
-	}
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
 
-// session waits, up to ConnectWait, for a connected session.
-func (a *Adapter) session(ctx context.Context) (*mcp.ClientSession, error) {
+// session waits, up to ConnectWait, for a connected session other than
+// not.
+func (a *Adapter) session(ctx context.Context, not *mcp.ClientSession) (*mcp.ClientSession, error) {
 	t := time.NewTimer(a.opts.ConnectWait)
 	defer t.Stop()
 	for {
 		a.mu.Lock()
-		s, up := a.sess, a.up
+		s, changed := a.sess, a.changed
 		a.mu.Unlock()
-		if s != nil {
+		if s != nil && s != not {
 			return s, nil
 		}
 		select {
-		case <-up:
+		case <-changed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-t.C:
