@@ -98,7 +98,7 @@ func render(t testing.TB, values []string, sets ...string) *manifest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := decodeManifest(out)
+	m, err := decodeManifest(out, namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,8 @@ func renderNotes(t testing.TB, values []string, sets ...string) string {
 	return doc.Notes
 }
 
-func decodeManifest(out string) (*manifest, error) {
+// decodeManifest decodes helm template's output for namespace ns.
+func decodeManifest(out, ns string) (*manifest, error) {
 	m := &manifest{}
 	for _, doc := range docSplit.Split(out, -1) {
 		source := ""
@@ -150,7 +151,7 @@ func decodeManifest(out string) (*manifest, error) {
 		if s := strings.TrimSpace(string(j)); s == "null" || s == "{}" {
 			continue // comments only
 		}
-		o, err := decodeObject(j)
+		o, err := decodeObject(j, ns)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v\n%s", source, err, doc)
 		}
@@ -187,8 +188,8 @@ func newTyped(apiVersion, kind string) any {
 }
 
 // decodeObject decodes one document's JSON into its type; an unknown field
-// is an error.
-func decodeObject(j []byte) (object, error) {
+// is an error, and so is a namespace other than ns.
+func decodeObject(j []byte, ns string) (object, error) {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -204,7 +205,7 @@ func decodeObject(j []byte) (object, error) {
 	if typed == nil {
 		return object{}, fmt.Errorf("unexpected kind %s %s", head.APIVersion, head.Kind)
 	}
-	if head.Metadata.Name == "" || head.Metadata.Namespace != namespace {
+	if head.Metadata.Name == "" || head.Metadata.Namespace != ns {
 		return object{}, fmt.Errorf("%s: name %q, namespace %q (want the release's)", head.Kind, head.Metadata.Name, head.Metadata.Namespace)
 	}
 	dec := json.NewDecoder(bytes.NewReader(j))
