@@ -57,6 +57,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		switch {
 		case err == nil:
 			s.view.addOwner(w.name, rec.CallID)
+			s.running.add(rec, idx, fence)
 			return &pb.BeginResponse{
 				CallId: rec.CallID, Fence: fence, Worker: w.name,
 				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
@@ -246,15 +247,17 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 }
 
 // cancelKey cancels the call a client names. The common case, a cancel for
-// a running call, costs one serializable read and one transaction: the
-// transaction's fence check makes a stale read harmless. Anything else is
-// re-read linearizably before it is answered, so a lagging member can
-// neither hide a call nor pass off an earlier call that used the same id.
+// a running call, costs one transaction: the call is found in this
+// replica's cache of calls it began, or else by one serializable read, and
+// the transaction's fence check makes a stale guess harmless. Anything
+// else is re-read linearizably before it is answered, so a lagging member
+// or a stale cache can neither hide a call nor pass off an earlier call
+// that used the same id.
 func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal string, d decision) (*pb.CancelResponse, error) {
 	if err := validateCallKey(key); err != nil {
 		return nil, err
 	}
-	state, id, err := s.cancelResolved(ctx, key, principal, d, clientv3.WithSerializable())
+	state, id, err := s.cancelResolved(ctx, key, principal, d, true)
 	if err == nil && state == won {
 		return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
 	}
@@ -262,7 +265,7 @@ func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal strin
 		return nil, err
 	}
 	d.late = true
-	state, id, err = s.cancelResolved(ctx, key, principal, d)
+	state, id, err = s.cancelResolved(ctx, key, principal, d, false)
 	if errors.Is(err, ErrUnknownCall) {
 		return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
 	}
@@ -272,8 +275,22 @@ func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal strin
 	return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
 }
 
-func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, opts ...clientv3.OpOption) (settled, string, error) {
-	rec, kv, err := s.resolve(ctx, key, opts...)
+// cancelResolved finds the call under key and settles it. A guess takes
+// the cached record or a serializable read; otherwise the read is
+// linearizable.
+func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, guess bool) (settled, string, error) {
+	var rec *callRecord
+	var kv *mvccpb.KeyValue
+	var err error
+	c, cached := s.running.byKey(s.keys.index(key))
+	switch {
+	case guess && cached:
+		rec, kv = c.rec, c.kv(s.keys)
+	case guess:
+		rec, kv, err = s.resolve(ctx, key, clientv3.WithSerializable())
+	default:
+		rec, kv, err = s.resolve(ctx, key)
+	}
 	if err != nil {
 		return 0, "", err
 	}
@@ -298,10 +315,14 @@ var settleResults = map[settled]pb.SettleResult{
 	alreadyCancelled: pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED,
 }
 
-// ownedCall reads the call a worker or gateway names by id and fence.
+// ownedCall finds the call a worker or gateway names by id and fence: in
+// the cache of calls this replica began, or else by a linearizable read.
 func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *mvccpb.KeyValue, error) {
 	if !validCallID(ref.GetCallId()) {
 		return nil, nil, invalid("call id must be 32 hex digits")
+	}
+	if c, ok := s.running.call(ref.GetCallId(), ref.GetFence()); ok && (ref.GetWorker() == "" || ref.GetWorker() == c.rec.Worker) {
+		return c.rec, c.kv(s.keys), nil // settle's guard checks it is current
 	}
 	rec, kv, err := s.getCall(ctx, ref.GetCallId())
 	if err != nil {
@@ -446,12 +467,14 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		return nil, etcdErr(ctx, "settle", err)
 	}
 	if !resp.Succeeded {
+		s.running.remove(rec.CallID)
 		cur := resp.Responses[0].GetResponseRange().Kvs
 		if len(cur) == 0 {
 			return nil, fmt.Errorf("%w: call %s", ErrUnknownCall, rec.CallID)
 		}
 		return cur[0], nil
 	}
+	s.running.remove(rec.CallID)
 	if d.stoppedAt != nil || d.ownerGone {
 		s.view.removeOwner(rec.Worker, rec.CallID)
 	}

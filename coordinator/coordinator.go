@@ -57,6 +57,7 @@ type Server struct {
 	log  *slog.Logger
 
 	view      *view
+	running   *runningCalls
 	retention *retention
 	stops     *stopBatcher
 	attached  *attachments
@@ -83,6 +84,7 @@ func New(opts Options) *Server {
 		ready:    make(chan struct{}),
 	}
 	s.view = newView(s)
+	s.running = newRunningCalls()
 	s.retention = &retention{s: s}
 	s.stops = newStopBatcher(s)
 	s.metrics = newMetrics(s)
@@ -132,6 +134,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.view.watchOwners(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })
+	g.Go(func() error { return s.runExpiry(ctx) })
 	err := g.Wait()
 	s.attached.closeAll()
 	s.bg.Wait()

@@ -244,9 +244,11 @@ func (v *view) watchOwners(ctx context.Context) error {
 		switch {
 		case ev.Type == clientv3.EventTypeDelete:
 			v.removeOwner(w, id)
+			v.s.running.remove(id)
 		case ev.IsCreate():
 			v.addOwner(w, id)
 		case len(ev.Kv.Value) > 0:
+			v.s.running.remove(id) // settled
 			v.s.pushStop(w, id, ev.Kv.Value)
 		}
 	})
