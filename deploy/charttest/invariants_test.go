@@ -604,6 +604,13 @@ func checkEverything(t *testing.T, m *manifest) {
 	if v, _ := flagValue(mcpContainers(m, "coordinator")[0].Args, "audit-export"); v != "-" {
 		t.Errorf("--audit-export=%q", v)
 	}
+	co := find[*appsv1.Deployment](t, m, full+"-coordinator")
+	up := find[*appsv1.Deployment](t, m, full+"-worker-everything")
+	if gw.Spec.Template.Spec.NodeSelector["kubernetes.io/os"] != "linux" || len(co.Spec.Template.Spec.Tolerations) != 1 ||
+		up.Spec.Template.Spec.Affinity == nil || up.Spec.Template.Spec.Affinity.NodeAffinity == nil {
+		t.Errorf("scheduling values not rendered: gateway nodeSelector %v, coordinator tolerations %v, fleet affinity %v",
+			gw.Spec.Template.Spec.NodeSelector, co.Spec.Template.Spec.Tolerations, up.Spec.Template.Spec.Affinity)
+	}
 }
 
 func checkServiceMonitors(t *testing.T, m *manifest) {

@@ -93,7 +93,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 
 {{/* mTLS flags, volume mount and volume. */}}
 {{- define "mcpcancel.tlsArgs" -}}
-{{- if .Values.tls.enabled }}
+{{- if .Values.tls.enabled -}}
 - --tls-cert=/etc/mcpcancel/tls/tls.crt
 - --tls-key=/etc/mcpcancel/tls/tls.key
 - --tls-ca=/etc/mcpcancel/tls/ca.crt
@@ -101,7 +101,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 
 {{- define "mcpcancel.tlsMount" -}}
-{{- if .Values.tls.enabled }}
+{{- if .Values.tls.enabled -}}
 - name: tls
   mountPath: /etc/mcpcancel/tls
   readOnly: true
@@ -109,7 +109,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 
 {{- define "mcpcancel.tlsVolume" -}}
-{{- if .ctx.Values.tls.enabled }}
+{{- if .ctx.Values.tls.enabled -}}
 - name: tls
   secret:
     secretName: {{ include "mcpcancel.tlsSecret" . }}
