@@ -20,7 +20,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
-	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 )
 
 const aboutAudit = `Shows the audit: one record per decided call (outcome completed, cancelled
@@ -51,6 +51,7 @@ type auditFlags struct {
 	json                             bool
 	since                            time.Duration
 	limit                            int
+	tls                              tlsconfig.Files // an admin certificate
 }
 
 // runAudit runs `audit list` or `audit tail`. The verb comes first, as
@@ -78,6 +79,7 @@ func parseAuditFlags(s streams, verb, about string, args []string) (*auditFlags,
 	f := newFlags(s, "audit "+verb, about)
 	f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
 	f.fs.BoolVar(&o.json, "json", false, "print one JSON object per line instead of a table")
+	tlsFlags(f, &o.tls)
 	f.fs.StringVar(&o.call, "call", "", "only the records of the call with this `id`")
 	f.fs.StringVar(&o.tool, "tool", "", "only the records of calls to this tool `name`")
 	f.fs.StringVar(&o.outcome, "outcome", "", "only records with this `outcome`: "+strings.Join(auditOutcomes, ", "))
@@ -128,7 +130,7 @@ func auditList(ctx context.Context, s streams, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial.New(o.coordinator)
+	conn, err := dialCoordinator(o.coordinator, o.tls)
 	if err != nil {
 		return usageError{err}
 	}
@@ -170,7 +172,7 @@ func auditTail(ctx context.Context, s streams, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial.New(o.coordinator)
+	conn, err := dialCoordinator(o.coordinator, o.tls)
 	if err != nil {
 		return usageError{err}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 )
 
 const aboutCall = `Calls one tool over MCP, for trying and scripting mcpcancel:
@@ -62,6 +64,7 @@ type callFlags struct {
 	mcp, stdioCmd, coordinator, protocol string
 	cancelAfter, timeout                 time.Duration
 	json, audit                          bool
+	tls                                  tlsconfig.Files // an admin certificate, for the audit
 
 	tool string
 	args json.RawMessage
@@ -76,6 +79,7 @@ func (o *callFlags) register(f *flags) {
 	f.fs.DurationVar(&o.timeout, "timeout", 0, "cancel the call if it has not ended this long after starting; 0 never")
 	f.fs.BoolVar(&o.json, "json", false, "print the result, or the audit record, as JSON")
 	f.fs.BoolVar(&o.audit, "audit", true, "after a cancellation, look the call up in the audit (HTTP only)")
+	tlsFlags(f, &o.tls)
 }
 
 func runCall(ctx context.Context, s streams, args []string) error {

@@ -17,7 +17,6 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
-	"github.com/mcpcancel/mcpcancel/internal/dial"
 )
 
 // After a cancellation, call waits at most cancelDeliveryWait for the
@@ -231,7 +230,7 @@ func (o *callFlags) cancelled(ctx context.Context, s streams, trace *callTrace) 
 // there is after auditWait. No records and no error: the coordinator
 // never heard of the call.
 func (o *callFlags) readAudit(ctx context.Context, key *pb.CallKey) ([]*coordinator.AuditRecord, error) {
-	conn, err := dial.New(o.coordinator)
+	conn, err := dialCoordinator(o.coordinator, o.tls)
 	if err != nil {
 		return nil, err
 	}

@@ -19,8 +19,10 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/authz"
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 )
 
 // ErrNoEtcd means --etcd named no endpoint.
@@ -37,6 +39,8 @@ type coordinatorFlags struct {
 	auditExport, admin         string
 	leaseTTL, retention, grace time.Duration
 	logLevel                   *slog.Level
+	tls                        tlsconfig.Files
+	etcdSecurity               etcdSecurity
 }
 
 func parseCoordinatorFlags(s streams, args []string) (*coordinatorFlags, error) {
@@ -53,6 +57,8 @@ func parseCoordinatorFlags(s streams, args []string) (*coordinatorFlags, error) 
 		"every replica given this flag exports every record, so dedupe on (call_id, outcome)")
 	f.fs.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics on; empty serves none")
 	f.fs.DurationVar(&o.grace, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take before open streams are cut")
+	tlsFlags(f, &o.tls)
+	o.etcdSecurity.register(f)
 	o.logLevel = f.logLevel()
 	if err := f.parse(args); err != nil {
 		return nil, err
@@ -104,7 +110,13 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 		o.etcd = m.ClientURL()
 		fmt.Fprintf(s.stderr, "etcd: %s (embedded, data in %s)\n", m.ClientURL(), o.embedDir)
 	}
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
+	etcdCfg := clientv3.Config{Endpoints: eps, Logger: zap.NewNop()}
+	if o.embedDir == "" {
+		if err := o.etcdSecurity.apply(&etcdCfg); err != nil {
+			return err
+		}
+	}
+	etcd, err := clientv3.New(etcdCfg)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -120,6 +132,10 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 	}
 	fmt.Fprintf(s.stderr, "coordinator: %s\n", lis.Addr())
 	log := newLogger(s.stderr, *o.logLevel)
+	sec, err := loadTLS(o.tls, log)
+	if err != nil {
+		return err
+	}
 	srv := coordinator.New(coordinator.Options{
 		Client: etcd, Prefix: o.prefix, Name: o.name, LeaseTTL: o.leaseTTL, Retention: o.retention,
 		Logger: log,
@@ -130,15 +146,16 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 	if export != nil {
 		also = append(also, coordinator.NewExporter(srv, export).Run)
 	}
-	return serveCoordinator(ctx, srv, log, lis, o.grace, o.etcd, also...)
+	return serveCoordinator(ctx, srv, log, lis, sec.serverOptions(authz.Coordinator()), o.grace, o.etcd, also...)
 }
 
 // serveCoordinator runs srv and its gRPC server on lis until ctx is done,
 // then stops both: Run closes the workers' control streams while gRPC
 // finishes the calls in flight, for at most grace. Each of also runs
-// beside them, until ctx is done.
-func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
-	gs := grpc.NewServer(grpcserver.Options(log, srv.Registry())...)
+// beside them, until ctx is done. sopts add to the server's options
+// (transport security).
+func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, sopts []grpc.ServerOption, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
+	gs := grpc.NewServer(append(grpcserver.Options(log, srv.Registry()), sopts...)...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -82,7 +82,9 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	srv := coordinator.New(coordinator.Options{Client: etcd, LeaseTTL: o.leaseTTL, Logger: clog})
 	coordCtx, stopCoord := context.WithCancel(context.WithoutCancel(ctx))
 	coordDone := make(chan error, 1)
-	go func() { coordDone <- serveCoordinator(coordCtx, srv, clog, coordLis, 5*time.Second, m.ClientURL()) }()
+	go func() {
+		coordDone <- serveCoordinator(coordCtx, srv, clog, coordLis, nil, 5*time.Second, m.ClientURL())
+	}()
 	defer func() { stopCoord(); <-coordDone }()
 	fmt.Fprintf(s.stderr, "coordinator: %s\n", coordLis.Addr())
 

@@ -15,6 +15,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 )
 
 const aboutGateway = `Runs a gateway: it speaks MCP to clients (Streamable HTTP at /mcp, or
@@ -26,7 +27,9 @@ beside /mcp. On SIGINT or SIGTERM it stops accepting, lets calls finish for
 type gatewayFlags struct {
 	http, coordinator, name, origins string
 	tokensFile                       string
-	admin                            string // /metrics and /debug/pprof/ beside MCP
+	jwksFile, jwtIssuer, jwtAudience string
+	tls                              tlsconfig.Files // gateway only: dev ignores it
+	admin                            string          // /metrics and /debug/pprof/ beside MCP
 	stdio                            bool
 	callTimeout, grace, ping         time.Duration
 	scopeLimit, globalLimit          int
@@ -41,6 +44,9 @@ func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
 	}
 	f.fs.StringVar(&o.name, "name", "", "this gateway replica's `name` in call records (default: generated)")
 	f.fs.StringVar(&o.tokensFile, "tokens-file", "", "`file` of bearer tokens, one \"TOKEN PRINCIPAL\" per line, reread when it changes; empty: no authentication (every client is \"anonymous\")")
+	f.fs.StringVar(&o.jwksFile, "jwks-file", "", "JWKS `file` of the keys (HS256, RS256, ES256) that sign JWT bearer tokens, reread when it changes; needs --jwt-issuer and --jwt-audience; the principal is \"jwt:ISSUER:SUBJECT\"")
+	f.fs.StringVar(&o.jwtIssuer, "jwt-issuer", "", "the `issuer` (\"iss\") every JWT must name")
+	f.fs.StringVar(&o.jwtAudience, "jwt-audience", "", "the `audience` (\"aud\") every JWT must include")
 	f.fs.StringVar(&o.origins, "allowed-origins", "", "comma-separated `origins` browsers may call from, besides loopback (DNS-rebinding protection)")
 	f.fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Minute, "longest a tool call may run before it is cancelled (reason \"timeout\")")
 	f.fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long shutdown lets calls in flight finish before cancelling them")
@@ -64,12 +70,27 @@ func (o *gatewayFlags) check() error {
 // authenticator returns the configured authenticator, or nil (warning
 // loudly when the gateway listens beyond loopback without one).
 func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, error) {
+	var auths []gateway.Authenticator
 	if o.tokensFile != "" {
-		return gateway.NewTokenFile(o.tokensFile)
+		a, err := gateway.NewTokenFile(o.tokensFile)
+		if err != nil {
+			return nil, err
+		}
+		auths = append(auths, a)
+	}
+	if o.jwksFile != "" {
+		a, err := gateway.NewJWKS(o.jwksFile, gateway.JWTOptions{Issuer: o.jwtIssuer, Audience: o.jwtAudience})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		auths = append(auths, a)
+	}
+	if len(auths) > 0 {
+		return gateway.AnyOf(auths...), nil
 	}
 	if host, _, err := net.SplitHostPort(o.http); !o.stdio && err == nil {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			log.Warn("NO AUTHENTICATION: the gateway listens beyond loopback and every client is \"anonymous\"; pass --tokens-file", "http", o.http)
+			log.Warn("NO AUTHENTICATION: the gateway listens beyond loopback and every client is \"anonymous\"; pass --tokens-file or --jwks-file", "http", o.http)
 		}
 	}
 	return nil, nil
@@ -92,19 +113,25 @@ func runGateway(ctx context.Context, s streams, args []string) error {
 	o := &gatewayFlags{}
 	f := newFlags(s, "gateway", aboutGateway)
 	o.register(f, true)
+	tlsFlags(f, &o.tls)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if err := o.check(); err != nil {
 		return err
 	}
-	conn, err := dial.New(o.coordinator)
+	log := newLogger(s.stderr, *o.logLevel)
+	sec, err := loadTLS(o.tls, log)
+	if err != nil {
+		return err
+	}
+	conn, err := dial.New(o.coordinator, sec.dialOptions(tlsconfig.RoleCoordinator)...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	log := newLogger(s.stderr, *o.logLevel)
 	gopts := o.options(pb.NewCoordinatorServiceClient(conn), log)
+	gopts.WorkerDialOptions = sec.dialOptions(tlsconfig.RoleWorker)
 	if gopts.Authenticator, err = o.authenticator(log); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/mcpcancel/mcpcancel/internal/authz"
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
 )
@@ -29,6 +31,7 @@ type workerFlags struct {
 	capacity                             int
 	drain                                time.Duration
 	logLevel                             *slog.Level
+	tls                                  tlsconfig.Files
 }
 
 func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
@@ -42,6 +45,7 @@ func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
 	f.fs.BoolVar(&o.demo, "demo", false, "serve the demo tools sleep, echo and spin")
 	f.fs.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
 	f.fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
+	tlsFlags(f, &o.tls)
 	o.logLevel = f.logLevel()
 	if err := f.parse(args); err != nil {
 		return nil, err
@@ -77,9 +81,16 @@ func runWorker(ctx context.Context, s streams, args []string) error {
 	if err != nil {
 		return err
 	}
+	log := newLogger(s.stderr, *o.logLevel)
+	sec, err := loadTLS(o.tls, log)
+	if err != nil {
+		return err
+	}
 	w := worker.New(worker.Options{
 		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
-		Capacity: o.capacity, DrainTimeout: o.drain, Logger: newLogger(s.stderr, *o.logLevel),
+		Capacity: o.capacity, DrainTimeout: o.drain, Logger: log,
+		DialOptions:   sec.dialOptions(tlsconfig.RoleCoordinator),
+		ServerOptions: sec.serverOptions(authz.Worker()),
 	})
 	if o.demo {
 		demo.Register(w)
