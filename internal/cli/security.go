@@ -88,6 +88,11 @@ func (e *etcdSecurity) apply(cfg *clientv3.Config) error {
 	if e.cert == "" && e.ca == "" {
 		return nil
 	}
+	for _, ep := range cfg.Endpoints {
+		if strings.HasPrefix(ep, "http://") {
+			return usageError{fmt.Errorf("--etcd %s: with --etcd-ca or --etcd-cert, name etcd by https:// URLs (http:// would dial in plaintext)", ep)}
+		}
+	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if e.cert != "" {
 		cert, err := tls.LoadX509KeyPair(e.cert, e.key)
