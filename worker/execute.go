@@ -258,6 +258,12 @@ func (e *execution) finish(ctx context.Context, res *Result, herr error, stopped
 	e.mu.Unlock()
 	cause := context.Cause(ctx)
 	switch {
+	case order != nil && errors.Is(cause, errLeaseLost):
+		// Our own order, not the coordinator's: the call may belong to the
+		// new lease (begun while the worker re-attached), so nobody else
+		// will settle it. Fail it through the coordinator; the CAS says
+		// whether the janitor already did.
+		return e.failAs(pb.Initiator_INITIATOR_WORKER_LOST, errors.New(order.GetReason()), stoppedAt)
 	case order != nil:
 		e.outcome = "cancelled"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
@@ -301,9 +307,14 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 }
 
 func (e *execution) fail(herr error, stoppedAt time.Time) error {
+	return e.failAs(pb.Initiator_INITIATOR_TOOL, herr, stoppedAt)
+}
+
+// failAs settles the call FAILED for who, unless it was settled already.
+func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) error {
 	var r *pb.FailResponse
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: pb.Initiator_INITIATOR_TOOL, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt)})
+		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt)})
 		return err
 	})
 	if err != nil {
@@ -315,7 +326,7 @@ func (e *execution) fail(herr error, stoppedAt time.Time) error {
 		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
 	}
 	e.outcome = "failed"
-	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, pb.Initiator_INITIATOR_TOOL, herr.Error())
+	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, who, herr.Error())
 }
 
 // abandon cancels a call the worker stopped on its own account: its caller
