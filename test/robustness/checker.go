@@ -1,0 +1,269 @@
+package robustness
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Violation is one broken promise, with the history that shows it.
+type Violation struct {
+	Kind    string      `json:"kind"`
+	Detail  string      `json:"detail"`
+	Client  *ClientCall `json:"client,omitempty"`
+	Server  *ServerCall `json:"server,omitempty"`
+	Subject string      `json:"subject"`
+}
+
+func (v Violation) String() string {
+	b, _ := json.MarshalIndent(struct {
+		Client *ClientCall `json:"client,omitempty"`
+		Server *ServerCall `json:"server,omitempty"`
+	}{v.Client, v.Server}, "  ", "  ")
+	return fmt.Sprintf("%s: %s: %s\n  history: %s", v.Kind, v.Subject, v.Detail, b)
+}
+
+// Violation kinds.
+const (
+	VTwoOutcomes         = "two_outcomes"
+	VLeftRunning         = "left_running"
+	VAuditCount          = "audit_count"
+	VAuditMismatch       = "audit_mismatch"
+	VLate                = "settled_late"
+	VResponseMismatch    = "response_mismatch"
+	VResponseAfterCancel = "response_after_cancel"
+	VProgressAfterEnd    = "progress_after_end"
+	VTwoResponses        = "two_responses"
+	VLostResponse        = "lost_response"
+	VResultWithoutCall   = "result_without_call"
+	VHandlerRunning      = "handler_running"
+	VLeakedKey           = "leaked_key"
+	VListedUnknown       = "listed_unknown"
+)
+
+// Terminal call states.
+const (
+	stRunning   = "running"
+	stCompleted = "completed"
+	stCancelled = "cancelled"
+	stFailed    = "failed"
+)
+
+// progressGrace is how long after a decision a progress notification
+// already on its way may still arrive: a generous ceiling, not a timing
+// assumption.
+const progressGrace = 2 * time.Second
+
+// Check returns every violation in h.
+func Check(h *History) []Violation {
+	var vs []Violation
+	byKey := indexServer(h.Server)
+	clientOf := map[*ServerCall]*ClientCall{}
+	for _, c := range h.Client {
+		s := byKey[clientKey(c)]
+		if s != nil {
+			clientOf[s] = c
+		}
+		vs = append(vs, checkClient(c, s)...)
+	}
+	ids := make([]string, 0, len(h.Server))
+	for id := range h.Server {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := h.Server[id]
+		for _, v := range checkServer(h, s) {
+			v.Client = clientOf[s]
+			vs = append(vs, v)
+		}
+	}
+	for w, n := range h.InFlight {
+		if n != 0 {
+			vs = append(vs, Violation{Kind: VHandlerRunning, Subject: "worker " + w, Detail: fmt.Sprintf("%d handlers still running at the end", n)})
+		}
+	}
+	for _, k := range h.Leaked {
+		vs = append(vs, Violation{Kind: VLeakedKey, Subject: k, Detail: "key still in etcd after retention expired"})
+	}
+	for id, outcomes := range h.Listed {
+		s := h.Server[id]
+		if s == nil {
+			vs = append(vs, Violation{Kind: VListedUnknown, Subject: "call " + id, Detail: fmt.Sprintf("ListAudit returned %v for a call etcd never held", outcomes)})
+			continue
+		}
+		if got := auditOutcomes(s); !subMultiset(outcomes, got) {
+			vs = append(vs, Violation{Kind: VAuditMismatch, Subject: "call " + id, Server: s, Detail: fmt.Sprintf("ListAudit says %v, etcd held %v", outcomes, got)})
+		}
+	}
+	return vs
+}
+
+// checkServer checks one call record's own life: one decision, audited
+// once, in time.
+func checkServer(h *History, s *ServerCall) []Violation {
+	var vs []Violation
+	bad := func(kind, format string, args ...any) {
+		vs = append(vs, Violation{Kind: kind, Subject: "call " + s.CallID, Server: s, Detail: fmt.Sprintf(format, args...)})
+	}
+	var decided []string
+	for i, st := range s.States {
+		if st.State == stRunning {
+			if i > 0 {
+				bad(VTwoOutcomes, "record went back to running after %v", decided)
+			}
+			continue
+		}
+		if len(decided) == 0 || decided[len(decided)-1] != st.State {
+			decided = append(decided, st.State)
+		}
+	}
+	switch {
+	case len(decided) > 1:
+		bad(VTwoOutcomes, "decided %v", decided)
+	case len(decided) == 0:
+		bad(VLeftRunning, "never reached a terminal state")
+	}
+	final := s.Final()
+	var terminal []string
+	lost := 0
+	for _, a := range s.Audits {
+		if a.Outcome == "cancel_lost" {
+			lost++
+		} else {
+			terminal = append(terminal, a.Outcome)
+		}
+	}
+	if len(decided) > 0 {
+		if len(terminal) != 1 {
+			bad(VAuditCount, "%d decision audit records %v, want 1", len(terminal), terminal)
+		} else if terminal[0] != final.State {
+			bad(VAuditMismatch, "audit says %s, record says %s", terminal[0], final.State)
+		}
+	}
+	if lost > 1 {
+		bad(VAuditCount, "%d cancel_lost records, want at most 1", lost)
+	}
+	if !final.Settled.IsZero() && !s.Deadline.IsZero() {
+		if limit := s.Deadline.Add(h.LeaseTTL + h.Slack); final.Settled.After(limit) {
+			bad(VLate, "settled %v after its deadline (limit: lease TTL %v + slack %v)", final.Settled.Sub(s.Deadline), h.LeaseTTL, h.Slack)
+		}
+	}
+	return vs
+}
+
+// checkClient checks what a client saw against the decision.
+func checkClient(c *ClientCall, s *ServerCall) []Violation {
+	var vs []Violation
+	bad := func(kind, format string, args ...any) {
+		vs = append(vs, Violation{Kind: kind, Subject: c.Ref, Client: c, Server: s, Detail: fmt.Sprintf(format, args...)})
+	}
+	if len(c.Responses) > 1 {
+		bad(VTwoResponses, "%d responses for one request", len(c.Responses))
+	}
+	var resp *Response
+	if len(c.Responses) > 0 {
+		resp = &c.Responses[0]
+	}
+	if resp != nil {
+		for _, p := range c.Progress {
+			if p.After(resp.At) {
+				bad(VProgressAfterEnd, "progress %v after the response", p.Sub(resp.At))
+				break
+			}
+		}
+	}
+	if s == nil {
+		if resp != nil && resp.Kind == "result" {
+			bad(VResultWithoutCall, "a result reached the client but etcd never held the call")
+		}
+		return vs
+	}
+	final := s.Final()
+	switch final.State {
+	case stCompleted:
+		switch {
+		case resp == nil:
+			if c.CancelSent.IsZero() && c.Disconnect.IsZero() && c.Broken.IsZero() {
+				bad(VLostResponse, "call COMPLETED but the client, which neither cancelled nor lost its connection, got no response")
+			}
+		case resp.Kind == "error_result" && strings.Contains(resp.Text, "result was lost"):
+			// The gateway lost the worker's stream after Complete won and
+			// says so: the documented error result for a COMPLETED call.
+		case resp.Kind != "result":
+			bad(VResponseMismatch, "call COMPLETED but the client got %s %q", resp.Kind, resp.Text)
+		}
+	case stFailed:
+		switch {
+		case resp == nil:
+			if c.CancelSent.IsZero() && c.Disconnect.IsZero() && c.Broken.IsZero() {
+				bad(VLostResponse, "call FAILED but the client, which neither cancelled nor lost its connection, got no error result")
+			}
+		case resp.Kind == "result":
+			bad(VResponseMismatch, "call FAILED but the client got a result %q", resp.Text)
+		}
+	case stCancelled:
+		timeout := final.Initiator == "timeout"
+		if resp != nil && !(timeout && resp.Kind == "error_result") {
+			bad(VResponseAfterCancel, "call CANCELLED (%s) but the client got %s %q", final.Initiator, resp.Kind, resp.Text)
+		}
+		for _, p := range c.Progress {
+			if !final.Settled.IsZero() && p.After(final.Settled.Add(progressGrace)) {
+				bad(VProgressAfterEnd, "progress %v after the cancellation was accepted", p.Sub(final.Settled))
+				break
+			}
+		}
+	}
+	return vs
+}
+
+func clientKey(c *ClientCall) string {
+	if c.ByGateway {
+		return "g|" + c.Owner + "|" + compactID(c.RequestID)
+	}
+	return "p|" + c.Owner + "|" + compactID(c.RequestID)
+}
+
+func indexServer(m map[string]*ServerCall) map[string]*ServerCall {
+	idx := make(map[string]*ServerCall, 2*len(m))
+	for _, s := range m {
+		id := compactID(s.RequestID)
+		idx["p|"+s.Principal+"|"+id] = s
+		idx["g|"+s.Gateway+"|"+id] = s
+	}
+	return idx
+}
+
+func compactID(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func auditOutcomes(s *ServerCall) []string {
+	var out []string
+	for _, a := range s.Audits {
+		out = append(out, a.Outcome)
+	}
+	return out
+}
+
+// subMultiset says whether every element of a is in b, as often.
+// (ListAudit may miss a record whose retention just ran out.)
+func subMultiset(a, b []string) bool {
+	n := map[string]int{}
+	for _, x := range b {
+		n[x]++
+	}
+	for _, x := range a {
+		if n[x]--; n[x] < 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,102 @@
+package robustness
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+// goodHistory is one completed call and one cancelled call, both seen
+// correctly by their clients.
+func goodHistory() *History {
+	return &History{
+		LeaseTTL: 2 * time.Second, Slack: time.Second,
+		Client: []*ClientCall{
+			{Ref: "done", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("1"), Tool: "sleep", Sent: at(0),
+				Progress: []time.Time{at(50)}, Responses: []Response{{At: at(110), Kind: "result", Text: "slept 0.1s"}}},
+			{Ref: "cancelled", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("2"), Tool: "sleep", Sent: at(0),
+				CancelSent: at(40), Progress: []time.Time{at(20)}},
+		},
+		Server: map[string]*ServerCall{
+			"a": {CallID: "a", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("1"), Deadline: at(5000),
+				States: []StateChange{{State: "running", Revision: 2}, {State: "completed", Settled: at(100), Revision: 5}},
+				Audits: []Audit{{Outcome: "completed", Settled: at(100), Key: "k1"}}},
+			"b": {CallID: "b", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("2"), Deadline: at(5000),
+				States: []StateChange{{State: "running", Revision: 3}, {State: "cancelled", Initiator: "client", Settled: at(45), Revision: 4}},
+				Audits: []Audit{{Outcome: "cancelled", Initiator: "client", Settled: at(45), Key: "k2"}}},
+		},
+		InFlight: map[string]int{"w0": 0},
+		Listed:   map[string][]string{"a": {"completed"}},
+	}
+}
+
+func TestCheckerAcceptsAGoodHistory(t *testing.T) {
+	if vs := Check(goodHistory()); len(vs) != 0 {
+		t.Fatalf("violations in a good history:\n%s", Report(0, vs))
+	}
+}
+
+// TestCheckerFlagsBadHistories feeds the checker one broken promise at a
+// time and wants exactly that one named.
+func TestCheckerFlagsBadHistories(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(h *History)
+		want   string
+	}{
+		{"response after cancel", func(h *History) {
+			h.Client[1].Responses = []Response{{At: at(60), Kind: "result", Text: "slept 0.1s"}}
+		}, VResponseAfterCancel},
+		{"progress after cancel", func(h *History) {
+			h.Client[1].Progress = append(h.Client[1].Progress, at(45).Add(progressGrace+time.Millisecond))
+		}, VProgressAfterEnd},
+		{"two outcomes", func(h *History) {
+			s := h.Server["b"]
+			s.States = append(s.States, StateChange{State: "completed", Settled: at(60), Revision: 6})
+			s.Audits = append(s.Audits, Audit{Outcome: "completed", Settled: at(60), Key: "k3"})
+		}, VTwoOutcomes},
+		{"missing audit record", func(h *History) { h.Server["b"].Audits = nil }, VAuditCount},
+		{"audit twice", func(h *History) {
+			h.Server["b"].Audits = append(h.Server["b"].Audits, Audit{Outcome: "cancelled", Key: "k9"})
+		}, VAuditCount},
+		{"call left running", func(h *History) {
+			s := h.Server["a"]
+			s.States, s.Audits = s.States[:1], nil
+			h.Client[0].Responses = nil
+		}, VLeftRunning},
+		{"handler still running", func(h *History) { h.InFlight["w0"] = 1 }, VHandlerRunning},
+		{"completed but no response", func(h *History) { h.Client[0].Responses = nil }, VLostResponse},
+		{"failed but a result", func(h *History) {
+			s := h.Server["a"]
+			s.States[1].State, s.Audits[0].Outcome = "failed", "failed"
+			h.Listed = nil
+		}, VResponseMismatch},
+		{"two responses", func(h *History) {
+			h.Client[0].Responses = append(h.Client[0].Responses, Response{At: at(120), Kind: "result"})
+		}, VTwoResponses},
+		{"settled late", func(h *History) {
+			h.Server["a"].States[1].Settled = at(5000 + 3001)
+		}, VLate},
+		{"leaked key", func(h *History) { h.Leaked = []string{prefix + "calls/a"} }, VLeakedKey},
+		{"result for no call", func(h *History) { delete(h.Server, "a"); h.Listed = nil }, VResultWithoutCall},
+		{"audit listed but never stored", func(h *History) { h.Listed["zz"] = []string{"failed"} }, VListedUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := goodHistory()
+			tc.break_(h)
+			vs := Check(h)
+			found := false
+			for _, v := range vs {
+				found = found || v.Kind == tc.want
+			}
+			if !found {
+				t.Fatalf("want a %s violation, got:\n%s", tc.want, Report(0, vs))
+			}
+			t.Logf("flagged:\n%s", Report(0, vs))
+		})
+	}
+}

@@ -1,0 +1,13 @@
+// Package robustness proves mcpcancel's promises under faults: it runs a
+// cluster of real processes on loopback (3 etcd members, 2 coordinators,
+// 3 workers, HTTP and stdio gateways), drives it with real MCP clients
+// (the Go SDK and the TypeScript SDK scripts in test/clients), injects
+// faults (SIGKILL and restart, SIGSTOP pauses, TCP proxies that drop,
+// delay or blackhole), records every client observation, and checks the
+// history against the audit records and the final etcd state.
+//
+// The checker (Check) is plain code over a History, so tests feed it
+// hand-made bad histories too. Run the long form with
+//
+//	go test ./test/robustness -run TestSoak -soak 30m -json out.json
+package robustness

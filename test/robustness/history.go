@@ -1,0 +1,118 @@
+package robustness
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// ClientCall is everything one client saw of one tools/call, with times
+// from this process's clock (every component runs on this host).
+type ClientCall struct {
+	// Ref names the call in reports: client kind, session and request id.
+	Ref string `json:"ref"`
+	// Client is "go-http", "go-stdio", "ts2025" or "ts2026".
+	Client string `json:"client"`
+	// Owner identifies the client's calls in the call records: the
+	// principal for HTTP clients, the gateway's name for stdio ones.
+	Owner string `json:"owner"`
+	// ByGateway says Owner is a gateway name rather than a principal.
+	ByGateway bool            `json:"by_gateway,omitempty"`
+	RequestID json.RawMessage `json:"request_id,omitempty"`
+	Tool      string          `json:"tool"`
+	Sent      time.Time       `json:"sent"`
+	// CancelSent is when the client cancelled (notifications/cancelled,
+	// closing the 2026 stream, or its own timeout); zero if never.
+	CancelSent time.Time `json:"cancel_sent,omitzero"`
+	// Disconnect is when the client closed its session or connection with
+	// the call in flight; zero if never.
+	Disconnect time.Time `json:"disconnect,omitzero"`
+	// Broken is when the client's transport failed under it (a gateway
+	// killed or partitioned); zero if never.
+	Broken    time.Time   `json:"broken,omitzero"`
+	Progress  []time.Time `json:"progress,omitempty"`
+	Responses []Response  `json:"responses,omitempty"`
+}
+
+// Response is one response on the wire for a call.
+type Response struct {
+	At time.Time `json:"at"`
+	// Kind is "result", "error_result" (isError) or "rpc_error".
+	Kind string `json:"kind"`
+	Text string `json:"text,omitempty"`
+}
+
+// ServerCall is what etcd held for one call over the run: every value of
+// its record, and every audit record naming it.
+type ServerCall struct {
+	CallID    string          `json:"call_id"`
+	Principal string          `json:"principal"`
+	Gateway   string          `json:"gateway"`
+	RequestID json.RawMessage `json:"request_id"`
+	Tool      string          `json:"tool"`
+	Worker    string          `json:"worker"`
+	Requested time.Time       `json:"requested_at"`
+	Deadline  time.Time       `json:"deadline"`
+	States    []StateChange   `json:"states"`
+	Audits    []Audit         `json:"audits,omitempty"`
+}
+
+// StateChange is one stored value of a call record.
+type StateChange struct {
+	State     string    `json:"state"`
+	Initiator string    `json:"initiator,omitempty"`
+	Settled   time.Time `json:"settled_at,omitzero"`
+	Revision  int64     `json:"revision"`
+}
+
+// Audit is one audit record.
+type Audit struct {
+	Outcome   string    `json:"outcome"`
+	Initiator string    `json:"initiator"`
+	Settled   time.Time `json:"settled_at"`
+	Key       string    `json:"key"`
+}
+
+// Final returns the call's last stored state.
+func (s *ServerCall) Final() StateChange {
+	if len(s.States) == 0 {
+		return StateChange{}
+	}
+	return s.States[len(s.States)-1]
+}
+
+// History is the input of the checker.
+type History struct {
+	Seed     int64
+	LeaseTTL time.Duration
+	// Slack is added to every time bound: process start-up, pauses of the
+	// checker itself, a loaded machine.
+	Slack  time.Duration
+	Client []*ClientCall
+	Server map[string]*ServerCall
+	// InFlight is, per worker, the handlers still running at the end.
+	InFlight map[string]int
+	// Leaked lists call, index, owner and audit keys left after retention.
+	Leaked []string
+	// Listed are the audit records a coordinator's ListAudit returned at
+	// the end, as call id -> outcomes, to cross-check the etcd watch.
+	Listed map[string][]string
+}
+
+// recorder collects client calls from many goroutines.
+type recorder struct {
+	mu    sync.Mutex
+	calls []*ClientCall
+}
+
+func (r *recorder) add(c *ClientCall) {
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() []*ClientCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*ClientCall(nil), r.calls...)
+}

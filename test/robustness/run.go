@@ -1,0 +1,237 @@
+package robustness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// RunOptions sizes one robustness run.
+type RunOptions struct {
+	Seed      int64  // the workload's
+	FaultSeed int64  // the fault schedule's
+	Bin       string // mcpcancel
+	EtcdBin   string // etcdmember
+	NodeDir   string // test/clients with node_modules; empty: Go clients only
+	Dir       string
+	Duration  time.Duration // least workload time
+	MaxTime   time.Duration // most workload time while the targets are unmet
+	// The run stops at Duration once every target is met.
+	MinCalls, MinCancels, MinFaults int
+	FaultGap                        time.Duration
+	GoHTTP, GoStdio, TS             int // concurrent client loops
+	Log                             func(format string, args ...any)
+}
+
+// Summary is what a run reports (and -json writes).
+type Summary struct {
+	Calls          int            `json:"calls"`
+	Cancels        int            `json:"cancels"`
+	Completed      int            `json:"completed"`
+	Cancelled      int            `json:"cancelled"`
+	Failed         int            `json:"failed"`
+	Refused        int            `json:"refused"`
+	FaultsInjected int            `json:"faults_injected"`
+	FaultKinds     map[string]int `json:"fault_kinds"`
+	Violations     int            `json:"violations"`
+	Seed           int64          `json:"seed"`
+	FaultSeed      int64          `json:"fault_seed"`
+	ByClient       map[string]int `json:"by_client"`
+	WorkloadTime   string         `json:"workload_time"`
+}
+
+const (
+	leaseTTL    = 2 * time.Second
+	retention   = 10 * time.Second
+	callTimeout = 15 * time.Second
+)
+
+// Run starts a cluster, runs the workload under faults, settles, and
+// checks. It returns the summary, the violations and any harness error.
+func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
+	c, err := StartCluster(ctx, ClusterOptions{Bin: o.Bin, EtcdBin: o.EtcdBin, Dir: o.Dir,
+		LeaseTTL: leaseTTL, Retention: retention, CallTimeout: callTimeout, Tokens: 200000})
+	if c != nil {
+		defer c.Close()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("start cluster: %w", err)
+	}
+	o.Log("cluster up; seed %d", o.Seed)
+
+	var co collector
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- co.run(watchCtx, c.Etcd) }()
+	defer func() { stopWatch(); <-watchDone }()
+
+	wl := &Workload{c: c, seed: o.Seed, nodeDir: o.NodeDir, tokens: 200000,
+		http: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer wl.http.CloseIdleConnections()
+	in := newInjector(c, o.FaultSeed, o.Log)
+
+	start := time.Now()
+	wctx, stopWorkload := context.WithCancel(ctx)
+	fctx, stopFaults := context.WithCancel(ctx)
+	wdone, fdone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(wdone); wl.Run(wctx, o.GoHTTP, o.GoStdio, o.TS) }()
+	go func() { defer close(fdone); in.Run(fctx, o.FaultGap) }()
+	waitFor(ctx, o.MaxTime, "workload targets", func() bool {
+		if time.Since(start) < o.Duration {
+			return false
+		}
+		calls, cancels := wl.counts()
+		return calls >= o.MinCalls && cancels >= o.MinCancels && total(in.Counts()) >= o.MinFaults
+	})
+	stopFaults()
+	<-fdone
+	stopWorkload()
+	<-wdone
+	elapsed := time.Since(start)
+	c.HealAll()
+	o.Log("workload stopped after %v; settling", elapsed.Round(time.Second))
+	for _, err := range in.Failures() {
+		o.Log("fault recovery: %v", err)
+	}
+
+	h, err := settle(ctx, c, &co, wl)
+	if err != nil {
+		return nil, nil, err
+	}
+	vs := Check(h)
+	if len(vs) > 0 {
+		dump(o, h, vs)
+	}
+	s := summarize(h, in.Counts(), vs, o.Seed)
+	s.FaultSeed = o.FaultSeed
+	s.WorkloadTime = elapsed.Round(time.Second).String()
+	if f := in.Failures(); len(f) > 0 {
+		return s, vs, fmt.Errorf("%d faults did not recover: %v", len(f), f)
+	}
+	return s, vs, nil
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func (wl *Workload) counts() (calls, cancels int) {
+	return len(wl.rec.snapshot()), int(wl.cancels.Load())
+}
+
+// settle waits until every call is decided, every handler has returned
+// and retention has removed every per-call key, and assembles the history.
+func settle(ctx context.Context, c *Cluster, co *collector, wl *Workload) (*History, error) {
+	h := &History{LeaseTTL: leaseTTL, Slack: 5 * time.Second, InFlight: map[string]int{}}
+	// Every call decides within its deadline plus the lease TTL.
+	waitFor(ctx, callTimeout+leaseTTL+h.Slack, "every call decided", func() bool { return co.running() == 0 })
+	for w, admin := range c.workerAdmin {
+		var n int
+		err := waitFor(ctx, 10*time.Second, "handlers returned", func() bool {
+			var err error
+			n, err = workerInFlight(ctx, admin)
+			return err == nil && n == 0
+		})
+		if err != nil {
+			c.mu.Lock()
+			h.InFlight[c.workerName[w]] = max(n, 1)
+			c.mu.Unlock()
+		}
+	}
+	listed, err := listAudit(ctx, c.Coord)
+	if err != nil {
+		return nil, fmt.Errorf("ListAudit: %w", err)
+	}
+	h.Listed = listed
+	// Then retention takes every per-call key away.
+	waitFor(ctx, 2*retention+leaseTTL+10*time.Second, "retention", func() bool {
+		keys, err := leakedKeys(ctx, c.Etcd)
+		return err == nil && len(keys) == 0
+	})
+	if h.Leaked, err = leakedKeys(ctx, c.Etcd); err != nil {
+		return nil, err
+	}
+	// The watch must have seen everything up to now.
+	resp, err := c.Etcd.Get(ctx, "/robustness/ready")
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 30*time.Second, "watch caught up", func() bool { return co.caughtUp(resp.Header.Revision) }); err != nil {
+		return nil, err
+	}
+	h.Server = co.snapshot()
+	for _, cc := range wl.rec.snapshot() {
+		if cc.Sent.IsZero() {
+			continue // never reached the wire: nothing to check
+		}
+		h.Client = append(h.Client, cc)
+	}
+	return h, nil
+}
+
+func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *Summary {
+	s := &Summary{Seed: seed, FaultKinds: faults, FaultsInjected: total(faults), Violations: len(vs), ByClient: map[string]int{}}
+	for _, c := range h.Client {
+		s.Calls++
+		s.ByClient[c.Client]++
+		if !c.CancelSent.IsZero() {
+			s.Cancels++
+		}
+	}
+	for _, sc := range h.Server {
+		switch sc.Final().State {
+		case stCompleted:
+			s.Completed++
+		case stCancelled:
+			s.Cancelled++
+		case stFailed:
+			s.Failed++
+		}
+	}
+	s.Refused = s.Calls - len(h.Server)
+	return s
+}
+
+// Report renders violations, the seed first so the run can be replayed.
+func Report(seed int64, vs []Violation) string {
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].Kind < vs[j].Kind })
+	out := fmt.Sprintf("seed %d: %d violations\n", seed, len(vs))
+	kinds := map[string]int{}
+	for _, v := range vs {
+		kinds[v.Kind]++
+	}
+	out += fmt.Sprintf("by kind: %v\n", kinds)
+	for i, v := range vs {
+		if i == 20 {
+			out += fmt.Sprintf("... and %d more\n", len(vs)-20)
+			break
+		}
+		out += v.String() + "\n"
+	}
+	return out
+}
+
+// dump writes the whole history and the violations next to the logs, and
+// a copy to the system temp dir that outlives the test.
+func dump(o RunOptions, h *History, vs []Violation) {
+	b, err := json.MarshalIndent(struct {
+		Violations []Violation `json:"violations"`
+		History    *History    `json:"history"`
+	}{vs, h}, "", " ")
+	if err != nil {
+		return
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("robustness-%d.json", o.Seed))
+	if os.WriteFile(path, b, 0o644) == nil {
+		o.Log("history and violations written to %s", path)
+	}
+}
