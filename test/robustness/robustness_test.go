@@ -103,7 +103,19 @@ func TestSoak(t *testing.T) {
 
 func runAndCheck(t *testing.T, o RunOptions, targets bool) {
 	t.Logf("seed %d, fault seed %d (replay: -seed %d)", o.Seed, o.FaultSeed, o.Seed)
-	o.Bin, o.EtcdBin, o.Dir = bins.mcpcancel, bins.etcdmember, t.TempDir()
+	o.Bin, o.EtcdBin = bins.mcpcancel, bins.etcdmember
+	dir, err := os.MkdirTemp("", "robustness-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Dir = dir
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("component logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
 	o.NodeDir = nodetest.Install(t)
 	o.Log = func(format string, args ...any) { t.Logf(time.Now().Format("15:04:05.000 ")+format, args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), o.MaxTime+5*time.Minute)
