@@ -495,6 +495,13 @@ func checkTwoFleets(t *testing.T, m *manifest) {
 	if v, _ := flagValue(uc.Args, "capacity"); v != "16" {
 		t.Errorf("upstream --capacity=%q", v)
 	}
+	if v, _ := flagValue(uc.Args, "max-concurrency"); v != "8" {
+		t.Errorf("upstream --max-concurrency=%q", v)
+	}
+	checkUpstreamConfig(t, m, up, `{"deny":["get-env"],"tools":{"*":{"timeout":"5m"},"echo":{"idempotent":true,"timeout":"10s"}}}`)
+	if slices.ContainsFunc(dc.Args, func(a string) bool { return strings.HasPrefix(a, "--upstream") }) {
+		t.Errorf("demo fleet gets upstream flags: %v", dc.Args)
+	}
 }
 
 // tlsSecretOf is the Secret mounted at /etc/mcpcancel/tls in c's pod.
@@ -591,6 +598,10 @@ func checkEverything(t *testing.T, m *manifest) {
 	coCert := certs[slices.IndexFunc(certs, func(c *certificate) bool { return c.Spec.SecretName == secrets["coordinator"] })]
 	if !slices.Contains(coCert.Spec.DNSNames, fmt.Sprintf("%s-coordinator-headless.%s.svc", full, namespace)) {
 		t.Errorf("the coordinator certificate does not name the address clients dial: %v", coCert.Spec.DNSNames)
+	}
+	rc := find[*appsv1.Deployment](t, m, full+"-worker-remote").Spec.Template.Spec.Containers[0]
+	if v, _ := flagValue(rc.Args, "upstream-http"); v != "http://mcp-server.tools.svc:8080/mcp" {
+		t.Errorf("remote fleet --upstream-http=%q", v)
 	}
 	if !slices.ContainsFunc(certs, func(c *certificate) bool { return slices.Equal(c.Spec.Subject.OrganizationalUnits, []string{"admin"}) }) {
 		t.Errorf("no admin certificate")
@@ -694,5 +705,31 @@ func checkNotes(t *testing.T, m *manifest) {
 	}
 	if warned := strings.Contains(m.NOTES, "no client authentication"); warned == (tokens || jwks) {
 		t.Errorf("NOTES.txt warns about authentication: %v, with tokens %v, JWT %v", warned, tokens, jwks)
+	}
+}
+
+// checkUpstreamConfig: the fleet's --upstream-config names a file in a
+// mounted ConfigMap holding want, and the pods roll when it changes.
+func checkUpstreamConfig(t *testing.T, m *manifest, d *appsv1.Deployment, want string) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	path, _ := flagValue(c.Args, "upstream-config")
+	dir, file := path[:max(strings.LastIndex(path, "/"), 0)], path[strings.LastIndex(path, "/")+1:]
+	var cm string
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if vm.MountPath == dir && v.Name == vm.Name && v.ConfigMap != nil {
+				cm = v.ConfigMap.Name
+			}
+		}
+	}
+	if cm == "" {
+		t.Fatalf("--upstream-config=%q is not in a mounted ConfigMap", path)
+	}
+	if got := find[*corev1.ConfigMap](t, m, cm).Data[file]; got != want {
+		t.Errorf("ConfigMap %s %s = %s, want %s", cm, file, got, want)
+	}
+	if d.Spec.Template.Annotations["mcpcancel.io/upstream-config-sha256"] == "" {
+		t.Errorf("pods do not roll when the upstream config changes")
 	}
 }

@@ -171,6 +171,8 @@ func newTyped(apiVersion, kind string) any {
 		return &appsv1.StatefulSet{}
 	case "v1 Service":
 		return &corev1.Service{}
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}
 	case "autoscaling/v2 HorizontalPodAutoscaler":

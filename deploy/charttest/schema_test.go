@@ -20,6 +20,8 @@ func TestSchemaRejects(t *testing.T) {
 		{"fleet replicas below 1", "workers:\n  - name: demo\n    demo: true\n    replicas: 0\n", "replicas"},
 		{"fleet name not a DNS label", "workers:\n  - name: Demo_Fleet\n    demo: true\n", "name"},
 		{"fleet with no tools", "workers:\n  - name: idle\n", "workers"},
+		{"fleet with two kinds of tools", "workers:\n  - name: both\n    demo: true\n    upstreamStdio: server\n", "workers"},
+		{"bad upstream tool option", "workers:\n  - name: up\n    upstreamStdio: server\n    upstreamConfig:\n      tools:\n        echo: {timeout: soon}\n", "timeout"},
 		{"no worker fleet", "workers: []\n", "workers"},
 		{"no etcd", "etcd:\n  endpoints: []\n", "endpoints"},
 		{"etcd endpoint without scheme", "etcd:\n  endpoints: [etcd:2379]\n", "endpoints"},
