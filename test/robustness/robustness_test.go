@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +34,28 @@ var openBugs = []string{
 	"owner keys (no lease) leak when a stop report's etcd write fails: stopBatcher.flush drops the batch",
 }
 
-// bins holds the binaries TestMain builds once.
-var bins struct{ mcpcancel, etcdmember string }
+// bins holds the binaries, built once by the first test that needs them.
+var bins struct {
+	once                  sync.Once
+	mcpcancel, etcdmember string
+	err                   error
+}
+
+// buildBins builds mcpcancel and etcdmember into dir.
+func buildBins(dir string) {
+	bins.mcpcancel = filepath.Join(dir, "mcpcancel")
+	bins.etcdmember = filepath.Join(dir, "etcdmember")
+	for out, pkg := range map[string]string{bins.mcpcancel: "./cmd/mcpcancel", bins.etcdmember: "./test/robustness/etcdmember"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = filepath.Join("..", "..")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+			return
+		}
+	}
+}
+
+var binDir string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -43,20 +64,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		bins.mcpcancel = filepath.Join(dir, "mcpcancel")
-		bins.etcdmember = filepath.Join(dir, "etcdmember")
-		for out, pkg := range map[string]string{bins.mcpcancel: "./cmd/mcpcancel", bins.etcdmember: "./test/robustness/etcdmember"} {
-			cmd := exec.Command("go", "build", "-o", out, pkg)
-			cmd.Dir = filepath.Join("..", "..")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
-				return 1
-			}
-		}
-		return m.Run()
-	}()
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -103,6 +113,10 @@ func TestSoak(t *testing.T) {
 
 func runAndCheck(t *testing.T, o RunOptions, targets bool) {
 	t.Logf("seed %d, fault seed %d (replay: -seed %d)", o.Seed, o.FaultSeed, o.Seed)
+	bins.once.Do(func() { buildBins(binDir) })
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
 	o.Bin, o.EtcdBin = bins.mcpcancel, bins.etcdmember
 	dir, err := os.MkdirTemp("", "robustness-run-")
 	if err != nil {
