@@ -25,6 +25,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"no worker fleet", "workers: []\n", "workers"},
 		{"no etcd", "etcd:\n  endpoints: []\n", "endpoints"},
 		{"etcd endpoint without scheme", "etcd:\n  endpoints: [etcd:2379]\n", "endpoints"},
+		{"etcd client TLS to an http endpoint", "etcd:\n  endpoints: [http://etcd:2379]\n  tls: {secretName: etcd-client}\n", "endpoints"},
 		{"embedded etcd with an even member count", "etcd:\n  embedded:\n    enabled: true\n    replicas: 2\n    image: {registry: r.example}\n", "replicas"},
 		{"bad log level", "logLevel: verbose\n", "logLevel"},
 		{"bad duration", "coordinator:\n  retention: 1 day\n", "retention"},
