@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,8 +24,10 @@ import (
 const aboutDev = `Runs everything in one process for trying mcpcancel: an embedded etcd, a
 coordinator, a worker with the demo tools (sleep, echo, spin) and a gateway
 serving MCP on --http (or on stdio with --stdio; logs then go to stderr only).
-Prints one line per endpoint on stderr. On SIGINT or SIGTERM it stops the
-parts in order and removes its temporary data directory.`
+With --upstream-stdio or --upstream-http the worker fronts that MCP server
+instead of serving the demo tools. Prints one line per endpoint on stderr.
+On SIGINT or SIGTERM it stops the parts in order and removes its temporary
+data directory.`
 
 type devFlags struct {
 	gatewayFlags
@@ -32,6 +35,7 @@ type devFlags struct {
 	dataDir     string
 	leaseTTL    time.Duration
 	fixtures    bool
+	upstream    upstreamFlags
 }
 
 func runDev(ctx context.Context, s streams, args []string) error {
@@ -42,8 +46,12 @@ func runDev(ctx context.Context, s streams, args []string) error {
 	f.fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
 	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
 	f.fs.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
+	o.upstream.register(f, false)
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	if err := o.upstream.check(); err != nil {
+		return usageError{err}
 	}
 	if err := o.check(); err != nil {
 		return err
@@ -110,28 +118,55 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 }
 
 // startDevWorker starts the demo worker and waits until it has attached.
-func startDevWorker(ctx context.Context, coord string, o *devFlags, log interface{ Warn(string, ...any) }) (string, func(), error) {
+func startDevWorker(ctx context.Context, coord string, o *devFlags, log *slog.Logger) (string, func(), error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
 	w := worker.New(worker.Options{Coordinator: coord, Name: "dev-worker", DrainTimeout: o.grace})
-	demo.Register(w)
-	if o.fixtures {
-		demo.RegisterFixtures(w)
+	stopUpstream, err := devTools(ctx, w, o, log)
+	if err != nil {
+		lis.Close()
+		return "", nil, err
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx, lis) }()
-	stopWorker := func() { stop(); <-done }
+	stopWorker := func() { stop(); <-done; stopUpstream() }
 	select {
 	case <-w.Attached():
 		return lis.Addr().String(), stopWorker, nil
 	case err := <-done:
 		stop()
+		stopUpstream()
 		return "", nil, fmt.Errorf("demo worker: %w", err)
 	case <-ctx.Done():
 		stopWorker()
 		return "", nil, ctx.Err()
+	}
+}
+
+// devTools gives the dev worker its tools: the demo ones, or an upstream
+// server's. It returns what stops the upstream server, once the worker
+// has drained.
+func devTools(ctx context.Context, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
+	if !o.upstream.set() {
+		demo.Register(w)
+		if o.fixtures {
+			demo.RegisterFixtures(w)
+		}
+		return func() error { return nil }, nil
+	}
+	a, err := o.upstream.adapter(w, log)
+	if err != nil {
+		return nil, err
+	}
+	stop := startAdapter(ctx, a)
+	select {
+	case <-a.Ready():
+		return stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, ctx.Err()
 	}
 }

@@ -17,12 +17,15 @@ import (
 )
 
 // ErrNoTools means the worker was given no tools to serve.
-var ErrNoTools = errors.New("no tools: pass --demo (upstream servers come later)")
+var ErrNoTools = errors.New("no tools: pass --demo, --upstream-stdio or --upstream-http")
 
 const aboutWorker = `Runs a worker: it attaches to a coordinator, offers its tools there and
 runs the calls gateways send it. --demo serves the demo tools sleep, echo
-and spin. On SIGINT or SIGTERM it stops taking calls, waits up to
---drain-timeout for running ones (cancelling the rest) and detaches.`
+and spin; --upstream-stdio or --upstream-http fronts an existing MCP server
+instead, offering its tools (it restarts a --upstream-stdio server that
+dies). On SIGINT or SIGTERM it stops taking calls, waits up to
+--drain-timeout for running ones (cancelling the rest), detaches, and then
+stops the upstream server.`
 
 type workerFlags struct {
 	coordinator, listen, advertise, name string
@@ -32,6 +35,7 @@ type workerFlags struct {
 	drain                                time.Duration
 	logLevel                             *slog.Level
 	tls                                  tlsconfig.Files
+	upstream                             upstreamFlags
 }
 
 func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
@@ -46,6 +50,7 @@ func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
 	f.fs.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
 	f.fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
 	tlsFlags(f, &o.tls)
+	o.upstream.register(f, true)
 	o.logLevel = f.logLevel()
 	if err := f.parse(args); err != nil {
 		return nil, err
@@ -55,8 +60,10 @@ func parseWorkerFlags(s streams, args []string) (*workerFlags, error) {
 
 func (o *workerFlags) check() error {
 	switch {
-	case !o.demo:
+	case !o.demo && !o.upstream.set():
 		return usageError{ErrNoTools}
+	case o.demo && o.upstream.set():
+		return usageError{errors.New("--demo and an upstream server cannot share a worker: run two workers")}
 	case o.advertise == "" && everyInterface(o.listen):
 		return usageError{fmt.Errorf("--listen %s takes every interface: pass --advertise HOST:PORT, the address gateways dial", o.listen)}
 	case o.coordinator == "":
@@ -65,6 +72,9 @@ func (o *workerFlags) check() error {
 		return usageError{fmt.Errorf("--capacity must not be negative, not %d", o.capacity)}
 	case o.drain <= 0:
 		return usageError{fmt.Errorf("--drain-timeout must be positive, not %v", o.drain)}
+	}
+	if err := o.upstream.check(); err != nil {
+		return usageError{err}
 	}
 	return nil
 }
@@ -88,7 +98,7 @@ func runWorker(ctx context.Context, s streams, args []string) error {
 	}
 	w := worker.New(worker.Options{
 		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
-		Capacity: o.capacity, DrainTimeout: o.drain, Logger: log,
+		Capacity: o.upstream.capacity(o.capacity), DrainTimeout: o.drain, Logger: log,
 		DialOptions:   sec.dialOptions(tlsconfig.RoleCoordinator),
 		ServerOptions: sec.serverOptions(authz.Worker()),
 	})
@@ -98,6 +108,15 @@ func runWorker(ctx context.Context, s streams, args []string) error {
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
+	}
+	if o.upstream.set() {
+		a, err := o.upstream.adapter(w, log)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		stopUpstream := startAdapter(ctx, a)
+		defer stopUpstream() // after the worker drained: running calls still reach the server
 	}
 	fmt.Fprintf(s.stderr, "worker: %s\n", lis.Addr())
 	var g errgroup.Group

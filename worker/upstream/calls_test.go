@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -265,4 +268,34 @@ func TestIdempotentRetriedOnce(t *testing.T) {
 		t.Fatalf("the server received %d tools/call; want 2 (the call and its one retry)", n)
 	}
 	checkAudit(t, st, longOp, "completed", "")
+}
+
+// TestShutdownKillsTheServer: stopping the adapter ends the server and
+// everything in its process group: here a shell's background sleep that
+// neither reads stdin nor exits with its parent, the tap and
+// server-everything.
+func TestShutdownKillsTheServer(t *testing.T) {
+	cmd, tp := stdioEverything(t)
+	sleepFile := filepath.Join(t.TempDir(), "sleep.pid")
+	quoted := make([]string, len(cmd))
+	for i, a := range cmd {
+		quoted[i] = "'" + a + "'"
+	}
+	sh := []string{"sh", "-c", "sleep 600 & echo $! > '" + sleepFile + "'; exec " + strings.Join(quoted, " ")}
+	st := startStack(t, upstream.Options{Command: sh}, "echo")
+	taps, servers := tp.pids(t)
+	b, err := os.ReadFile(sleepFile)
+	sleepPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || sleepPID == 0 || len(taps) != 1 || len(servers) != 1 || st.adapter.PID() != taps[0] {
+		t.Fatalf("sleep pid %q (%v), tap pids %v, server pids %v, adapter's child %d", b, err, taps, servers, st.adapter.PID())
+	}
+	st.stopAdapter()
+	if st.adapter.PID() != 0 {
+		t.Error("the adapter still reports a child after stopping")
+	}
+	for _, pid := range []int{sleepPID, taps[0], servers[0]} {
+		testcluster.WaitFor(t, fmt.Sprintf("process %d to end", pid), func() bool {
+			return syscall.Kill(pid, 0) == syscall.ESRCH
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,8 @@ type stack struct {
 	coord   pb.CoordinatorServiceClient
 	adapter *upstream.Adapter
 	url     string // the gateway's MCP endpoint
+	// stopAdapter stops the adapter (as at shutdown); idempotent.
+	stopAdapter func()
 }
 
 // startStack runs the adapter with opts (its Logger set to the test log)
@@ -59,12 +62,13 @@ func startStack(t *testing.T, opts upstream.Options, want ...string) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- st.adapter.Run(ctx) }()
-	t.Cleanup(func() {
+	st.stopAdapter = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("adapter Run: %v", err)
 		}
 	})
+	t.Cleanup(st.stopAdapter)
 	select {
 	case <-st.adapter.Ready():
 	case err := <-done:
@@ -172,9 +176,9 @@ func parseWire(t *testing.T, b []byte) []wireMsg {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, 1<<22)
 	for sc.Scan() {
-		dir, line, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
+		dir, line, _ := strings.Cut(sc.Text(), " ")
+		if dir != "in" && dir != "out" {
+			continue // the pid lines
 		}
 		var m wireMsg
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
@@ -289,4 +293,26 @@ func (w *testWriter) stop() {
 	w.mu.Lock()
 	w.done = true
 	w.mu.Unlock()
+}
+
+// pids returns the process ids the tap logged: its own and the server's,
+// for each run.
+func (tp *tap) pids(t *testing.T) (taps, servers []int) {
+	t.Helper()
+	b, err := os.ReadFile(tp.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		kind, n, _ := strings.Cut(line, " ")
+		pid, err := strconv.Atoi(n)
+		switch {
+		case err != nil:
+		case kind == "tap":
+			taps = append(taps, pid)
+		case kind == "server":
+			servers = append(servers, pid)
+		}
+	}
+	return taps, servers
 }

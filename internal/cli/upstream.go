@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
+)
+
+// upstreamFlags front an existing MCP server as the worker's tools.
+type upstreamFlags struct {
+	stdio, http, config string
+	maxConcurrency      int
+}
+
+// register adds --upstream-stdio and --upstream-http, and with limits
+// also --upstream-config and --max-concurrency.
+func (u *upstreamFlags) register(f *flags, limits bool) {
+	f.fs.StringVar(&u.stdio, "upstream-stdio", "", "front the MCP server this `command` runs, over its stdio ('CMD ARGS...', split like a shell without expansion)")
+	f.fs.StringVar(&u.http, "upstream-http", "", "front the MCP server at this Streamable HTTP `URL`")
+	if limits {
+		f.fs.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
+		f.fs.IntVar(&u.maxConcurrency, "max-concurrency", 0, "most calls forwarded to the upstream server at once; 0 means no limit")
+	}
+}
+
+func (u *upstreamFlags) set() bool { return u.stdio != "" || u.http != "" }
+
+func (u *upstreamFlags) check() error {
+	switch {
+	case u.stdio != "" && u.http != "":
+		return errors.New("pass one of --upstream-stdio and --upstream-http, not both")
+	case u.maxConcurrency < 0:
+		return fmt.Errorf("--max-concurrency must not be negative, not %d", u.maxConcurrency)
+	case !u.set() && (u.config != "" || u.maxConcurrency != 0):
+		return errors.New("--upstream-config and --max-concurrency need --upstream-stdio or --upstream-http")
+	}
+	if u.stdio != "" {
+		if _, err := upstream.SplitCommand(u.stdio); err != nil {
+			return fmt.Errorf("--upstream-stdio: %w", err)
+		}
+	}
+	return nil
+}
+
+// adapter builds the adapter for w.
+func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.Adapter, error) {
+	opts := upstream.Options{URL: u.http, MaxConcurrency: u.maxConcurrency, Logger: log.With("part", "upstream")}
+	if u.stdio != "" {
+		cmd, err := upstream.SplitCommand(u.stdio)
+		if err != nil {
+			return nil, err
+		}
+		opts.Command = cmd
+	}
+	if u.config != "" {
+		cfg, err := upstream.LoadConfig(u.config)
+		if err != nil {
+			return nil, err
+		}
+		opts.Config = cfg
+	}
+	return upstream.New(w, opts), nil
+}
+
+// capacity is the worker capacity that also honours --max-concurrency,
+// so the coordinator routes no more calls here than the upstream takes.
+func (u *upstreamFlags) capacity(c int) int {
+	if u.maxConcurrency > 0 && (c == 0 || c > u.maxConcurrency) {
+		return u.maxConcurrency
+	}
+	return c
+}
+
+// startAdapter runs a until the returned stop is called; stop kills the
+// upstream server and returns Run's error. The adapter keeps (re)starting
+// the server meanwhile; a.Ready tells when its tools were first offered.
+func startAdapter(ctx context.Context, a *upstream.Adapter) (stop func() error) {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	return func() error { cancel(); return <-done }
+}
