@@ -63,8 +63,17 @@ func nextEvent(wch clientv3.WatchChan) error {
 }
 
 // txnRate is etcd's own rate of CAS Txns with conc concurrent writers on
-// distinct keys, over window: what one commit per call would allow.
+// distinct keys, over window: what one commit per call would allow. The
+// keys are written first, outside the window.
 func txnRate(ctx context.Context, cli *clientv3.Client, conc int, window time.Duration) (float64, error) {
+	revs := make([]int64, conc)
+	for i := range conc {
+		put, err := cli.Put(ctx, ceilingKey(i), "0")
+		if err != nil {
+			return 0, err
+		}
+		revs[i] = put.Header.Revision
+	}
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, conc)
@@ -72,7 +81,7 @@ func txnRate(ctx context.Context, cli *clientv3.Client, conc int, window time.Du
 	deadline := start.Add(window)
 	for i := range conc {
 		wg.Go(func() {
-			if err := casLoop(ctx, cli, fmt.Sprintf("%sc/%d", floorPrefix, i), deadline, &n); err != nil {
+			if err := casLoop(ctx, cli, ceilingKey(i), revs[i], deadline, &n); err != nil {
 				errs <- err
 			}
 		})
@@ -83,15 +92,15 @@ func txnRate(ctx context.Context, cli *clientv3.Client, conc int, window time.Du
 	if err := <-errs; err != nil {
 		return 0, err
 	}
+	if n.Load() == 0 {
+		return 0, fmt.Errorf("ceiling: no Txn committed within %v", window)
+	}
 	return float64(n.Load()) / elapsed.Seconds(), nil
 }
 
-func casLoop(ctx context.Context, cli *clientv3.Client, key string, deadline time.Time, n *atomic.Int64) error {
-	put, err := cli.Put(ctx, key, "0")
-	if err != nil {
-		return err
-	}
-	rev := put.Header.Revision
+func ceilingKey(i int) string { return fmt.Sprintf("%sc/%d", floorPrefix, i) }
+
+func casLoop(ctx context.Context, cli *clientv3.Client, key string, rev int64, deadline time.Time, n *atomic.Int64) error {
 	for time.Now().Before(deadline) {
 		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, "x")).Commit()

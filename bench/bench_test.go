@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQuick runs every in-process measurement with tiny counts against the
+// real system (embedded etcd with fsync, coordinator, worker, gateway, Go
+// SDK clients) and checks that each figure was measured and is sane, and
+// that --json carries the keys the issue names. The separate-process
+// memory and storm run is left to `go run ./bench --quick`: it builds the
+// binary, which is too slow for a unit test.
+func TestQuick(t *testing.T) {
+	c := config{floorN: 20, cancelN: 5, commitN: 10, clients: 4, window: 300 * time.Millisecond, ceilingWindow: 200 * time.Millisecond, quick: true}
+	r := newResult(true)
+	log := slog.New(slog.DiscardHandler)
+	if err := measureInProcess(t.Context(), c, r, t.TempDir(), log, func(string, ...any) {}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []string{"http2025", "stdio", "http2026"} {
+		if got := r.Cancel[tr].Samples; got != c.cancelN {
+			t.Errorf("%s: %d cancel samples, want %d", tr, got, c.cancelN)
+		}
+	}
+	if r.FloorSamples != c.floorN || r.FloorCASP50 <= 0 || r.FloorWatchP99 < r.FloorWatchP50 || r.FloorCASMax < r.FloorCASP99 {
+		t.Errorf("floor = n %d, CAS p50 %v p99 %v max %v, watch p50 %v p99 %v", r.FloorSamples, r.FloorCASP50, r.FloorCASP99, r.FloorCASMax, r.FloorWatchP50, r.FloorWatchP99)
+	}
+	// A completed call needs at least its Begin and its Complete commits;
+	// fewer means the counting is broken, not that the product improved.
+	if r.CommitsPerCall < 2 || r.CommitsPerCancelledCall < 2 {
+		t.Errorf("commits per call %v, per cancelled call %v: want at least 2 each", r.CommitsPerCall, r.CommitsPerCancelledCall)
+	}
+	if r.CallsPerSec <= 0 || r.PlainCallsPerSec <= 0 || r.EtcdCeilingCallsPerSec <= 0 {
+		t.Errorf("throughput %v, plain %v, ceiling %v: want all positive", r.CallsPerSec, r.PlainCallsPerSec, r.EtcdCeilingCallsPerSec)
+	}
+	path := filepath.Join(t.TempDir(), "out.json")
+	if err := r.writeJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"floor_cas_p50_ms", "floor_cas_p99_ms", "floor_watch_p99_ms", "cancel_p50_ms", "cancel_p99_ms",
+		"calls_per_sec", "plain_calls_per_sec", "etcd_ceiling_calls_per_sec", "etcd_commits_per_call", "etcd_commits_per_cancelled_call",
+		"cores", "goos", "goarch", "go_version"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	var out bytes.Buffer
+	r.print(&out)
+	if !strings.Contains(out.String(), "quick mode") || !strings.Contains(out.String(), "cancel → handler ctx done, stdio") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	got := summarise(d)
+	want := dist{N: 100, P50: 50 * time.Millisecond, P99: 99 * time.Millisecond, Max: 100 * time.Millisecond}
+	if got != want {
+		t.Errorf("summarise = %+v, want %+v", got, want)
+	}
+	if (summarise(nil) != dist{}) {
+		t.Error("summarise(nil) is not empty")
+	}
+	if got := summarise([]time.Duration{7}); got.P50 != 7 || got.P99 != 7 || got.Max != 7 {
+		t.Errorf("one sample: %+v", got)
+	}
+}
+
+// The parser reads this process's own heap profile, in the format the
+// admin endpoints serve.
+func TestParseMemStats(t *testing.T) {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	m, err := parseMemStats(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.heapAlloc <= 0 || m.stackInuse <= 0 {
+		t.Errorf("parsed %+v from a live process", m)
+	}
+	if _, err := parseMemStats(strings.NewReader("heap profile: 0: 0 [0: 0] @ heap/1048576\n")); err == nil {
+		t.Error("a profile without MemStats parsed")
+	}
+}
+
+func TestMetricValue(t *testing.T) {
+	text := "# HELP x\n# TYPE etcd_server_proposals_committed_total gauge\netcd_server_proposals_committed_total_other 9\netcd_server_proposals_committed_total 1234\n"
+	v, err := metricValue(bufio.NewScanner(strings.NewReader(text)), "etcd_server_proposals_committed_total")
+	if err != nil || v != 1234 {
+		t.Errorf("metricValue = %v, %v; want 1234", v, err)
+	}
+	if _, err := metricValue(bufio.NewScanner(strings.NewReader(text)), "absent"); err == nil {
+		t.Error("an absent metric was found")
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig([]string{"--quick", "--only", "floor,cancel"}, io.Discard)
+	if err != nil || !c.quick || !c.runs("floor") || c.runs("memory") || c.cancelN != quickConfig().cancelN {
+		t.Errorf("parseConfig = %+v, %v", c, err)
+	}
+	for _, args := range [][]string{{"--only", "nope"}, {"--mcp", "http://127.0.0.1:1/mcp"}, {"extra"}} {
+		if _, err := parseConfig(args, io.Discard); err == nil {
+			t.Errorf("parseConfig(%q) accepted", args)
+		}
+	}
+}
