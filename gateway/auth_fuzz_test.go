@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+var fuzzKey = []byte("0123456789abcdef0123456789abcdef")
+
+func fuzzToken(claims string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	signed := enc([]byte(`{"alg":"HS256","kid":"k"}`)) + "." + enc([]byte(claims))
+	m := hmac.New(sha256.New, fuzzKey)
+	m.Write([]byte(signed))
+	return signed + "." + enc(m.Sum(nil))
+}
+
+// JWTs from clients: verification never panics, and whatever it accepts
+// has a subject and names the one trusted issuer.
+func FuzzJWT(f *testing.F) {
+	file := filepath.Join(f.TempDir(), "jwks.json")
+	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
+	os.WriteFile(file, []byte(`{"keys":[{"kty":"oct","kid":"k","k":"`+k+`"}]}`), 0o600)
+	auth, err := NewJWKS(file, JWTOptions{Issuer: "iss", Audience: "aud", Now: func() time.Time { return time.Unix(1e9, 0) }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(fuzzToken(`{"iss":"iss","aud":"aud","sub":"a","exp":2000000000}`))
+	f.Add(fuzzToken(`{"iss":"iss","aud":["x","aud"],"sub":"a","exp":2e9,"nbf":1}`))
+	f.Add(fuzzToken(`{"iss":"iss","aud":"aud","sub":"a","exp":1}`))
+	f.Add("a.b.c")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, token string) {
+		keys, _ := auth.keys.get()
+		p, err := auth.verify(token, keys)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(p, "jwt:iss:") || len(p) == len("jwt:iss:") || len(p) > maxPrincipalBytes {
+			t.Fatalf("accepted %q as %q", token, p)
+		}
+	})
+}
+
+// Whole HTTP requests against a gateway whose coordinator cannot be
+// reached: any method, headers (session id, protocol version, method and
+// name headers, bearer token, content type) and body get an HTTP answer
+// without a panic, and a JSON answer is valid JSON.
+func FuzzHTTPRequest(f *testing.F) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there: every coordinator call fails fast
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	tokens := filepath.Join(f.TempDir(), "tokens")
+	os.WriteFile(tokens, []byte("tok alice\n"), 0o600)
+	tf, err := NewTokenFile(tokens)
+	if err != nil {
+		f.Fatal(err)
+	}
+	open := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second})
+	authed := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf})
+	f.Cleanup(func() { open.Close(); authed.Close(); conn.Close() })
+	handlers := []http.Handler{open.Handler(), authed.Handler()}
+	methods := []string{http.MethodPost, http.MethodGet, http.MethodDelete, http.MethodPut}
+
+	f.Add(uint8(0), initBody, "", "", "", "application/json", "")
+	f.Add(uint8(8), initBody, "", "", "", "application/json", "Bearer tok")
+	f.Add(uint8(8), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, "sess", "2025-11-25", "", "application/json", "Bearer tok")
+	f.Add(uint8(0), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, "", "2026-07-28", "tools/call", "application/json", "")
+	f.Add(uint8(8), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`, "sess", "2025-11-25", "", "application/json", "Bearer tok")
+	f.Add(uint8(1), "", "sess", "", "", "", "")
+	f.Add(uint8(2), "", "sess", "", "", "", "Bearer nope")
+	f.Fuzz(func(t *testing.T, which uint8, body, session, version, method, ctype, authz string) {
+		r := httptest.NewRequest(methods[int(which)%len(methods)], "/mcp", strings.NewReader(body))
+		for k, v := range map[string]string{hdrSession: session, hdrVersion: version, hdrMethod: method, "Content-Type": ctype, "Authorization": authz} {
+			if v != "" && !strings.ContainsAny(v, "\r\n\x00") {
+				r.Header.Set(k, v)
+			}
+		}
+		r.Header.Set("Accept", "application/json, text/event-stream")
+		w := httptest.NewRecorder()
+		handlers[int(which/8)%len(handlers)].ServeHTTP(w, r)
+		if w.Code < 200 || w.Code > 599 {
+			t.Fatalf("status %d", w.Code)
+		}
+		if strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") && w.Body.Len() > 0 && !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("invalid JSON answer: %q", w.Body.String())
+		}
+	})
+}
+
+const initBody = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
