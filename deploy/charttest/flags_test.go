@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 var (
@@ -89,6 +91,7 @@ func TestChartFlagsExist(t *testing.T) {
 						t.Errorf("%s: %s %s/%s passes %q, which `mcpcancel %s --help` does not list", sc.name, w.Kind, w.Name, c.Name, a, sub)
 					}
 				}
+				checkFlagValues(t, sc.name, c)
 			}
 		}
 	}
@@ -107,4 +110,27 @@ func TestVersionStamp(t *testing.T) {
 	if !strings.Contains(string(out), "v9.8.7-charttest") {
 		t.Errorf("mcpcancel version = %q; the -X %s stamp did not take", out, versionVar(t))
 	}
+}
+
+// checkFlagValues parses c's args with the binary itself: with --help
+// last, mcpcancel parses every flag before it (a malformed duration or
+// number is a usage error, status 2) and then prints help (status 0).
+// $(VAR)s are what Kubernetes would put there.
+func checkFlagValues(t *testing.T, scenario string, c corev1.Container) {
+	t.Helper()
+	expand := strings.NewReplacer("$(POD_IP)", "10.1.2.3", "$(POD_NAME)", "pod-0")
+	args := make([]string, 0, len(c.Args)+1)
+	for _, a := range c.Args {
+		args = append(args, expand.Replace(a))
+	}
+	cmd := exec.Command(mcpcancel(t), append(args, "--help")...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no MCPCANCEL_* from the test's environment
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%s: mcpcancel %s does not parse: %v\n%s", scenario, strings.Join(args, " "), err, lastLines(string(out), 3))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
