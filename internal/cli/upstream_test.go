@@ -39,7 +39,7 @@ func TestDevUpstreamStdio(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := nodetest.Node(t, ctx, "call2025.mjs", "--url", url, "--tool", "trigger-long-running-operation",
-		"--args", `{"duration":3,"steps":6}`, "--cancel-after-progress", "2", "--linger-ms", "8000", "--no-wire")
+		"--args", `{"duration":6,"steps":4}`, "--cancel-after-progress", "2", "--linger-ms", "8000", "--no-wire")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("call2025.mjs: %v\n%s", err, out)
@@ -58,8 +58,8 @@ func TestDevUpstreamStdio(t *testing.T) {
 	if callID == "" || len(cancelled) != 1 || cancelled[0] != callID {
 		t.Fatalf("upstream tools/call id %q, notifications/cancelled for %v; want one, naming the upstream id", callID, cancelled)
 	}
-	if progress != 6 {
-		t.Errorf("the server sent %d progress notifications; want all 6 (it ignores the cancel)", progress)
+	if progress != 4 {
+		t.Errorf("the server sent %d progress notifications; want all 4 (it ignores the cancel)", progress)
 	}
 	client := pb.NewCoordinatorServiceClient(dial(t, coordAddr))
 	poll(t, "the cancelled record", func() bool {

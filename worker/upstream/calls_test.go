@@ -299,3 +299,26 @@ func TestShutdownKillsTheServer(t *testing.T) {
 		})
 	}
 }
+
+// TestToolTimeout: a tool's configured timeout cancels the call upstream
+// (notifications/cancelled with the server's id) and fails it with a
+// message saying so.
+func TestToolTimeout(t *testing.T) {
+	cmd, tp := stdioEverything(t)
+	cfg, err := upstream.ParseConfig([]byte(`{"tools": {"` + longOp + `": {"timeout": "1s"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := startStack(t, upstream.Options{Command: cmd, Config: cfg}, longOp)
+	s := connect(t, st.url)
+	res, err := s.CallTool(t.Context(), callParams(longOp, `{"duration":60,"steps":60}`))
+	if err != nil || !res.IsError || !strings.Contains(text(res), "took longer than its 1s timeout") {
+		t.Fatalf("call = %q, %v; want an error result about the timeout", text(res), err)
+	}
+	checkAudit(t, st, longOp, "failed", "tool")
+	up := findCall(tp.messages(t), longOp, `"steps":60`)
+	testcluster.WaitFor(t, "the upstream cancel", func() bool { return len(cancelled(tp.messages(t))) == 1 })
+	if got := cancelled(tp.messages(t)); up == nil || got[0] != string(up.ID) {
+		t.Fatalf("notifications/cancelled for %v; want the upstream id of the call", got)
+	}
+}

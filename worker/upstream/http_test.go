@@ -129,7 +129,7 @@ func TestHTTPCancelAfterTwoProgress(t *testing.T) {
 	st := startStack(t, upstream.Options{URL: target, HTTPClient: &http.Client{Transport: closes}}, longOp, "echo")
 
 	evs := runClient(t, "call2025.mjs", "--url", st.url, "--tool", longOp,
-		"--args", `{"duration":3,"steps":6}`, "--cancel-after-progress", "2", "--linger-ms", "5000")
+		"--args", longOpArgs, "--cancel-after-progress", "2", "--linger-ms", "5000")
 	checkCancelled(t, evs)
 
 	call := wt.find(func(r *tapped) bool { return r.body.Method == "tools/call" && r.body.Params.Name == longOp })

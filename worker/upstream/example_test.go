@@ -1,0 +1,33 @@
+package upstream_test
+
+import (
+	"context"
+	"log"
+	"net"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
+)
+
+// A worker fronting an MCP server that runs as a child process: the
+// adapter offers the server's tools and restarts it if it dies; the worker
+// serves the calls. Stop the worker first so running calls can finish,
+// then the adapter.
+func Example() {
+	w := worker.New(worker.Options{Coordinator: "127.0.0.1:7801"})
+	a := upstream.New(w, upstream.Options{Command: []string{"npx", "@modelcontextprotocol/server-everything", "stdio"}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background() // cancel it to shut down
+	adapterCtx, stopAdapter := context.WithCancel(context.WithoutCancel(ctx))
+	var g errgroup.Group
+	g.Go(func() error { return a.Run(adapterCtx) })
+	g.Go(func() error { defer stopAdapter(); return w.Run(ctx, lis) })
+	if err := g.Wait(); err != nil {
+		log.Fatal(err)
+	}
+}
