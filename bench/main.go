@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -36,6 +37,7 @@ type config struct {
 	ceilingWindow time.Duration   // etcd Txn rate window
 	memCalls      int             // calls in flight for memory and the storm
 	only          map[string]bool // parts to run; empty: all
+	cpuProfile    string          // write this process's CPU profile here
 }
 
 // parts are what --only may name.
@@ -71,6 +73,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	jsonFile := fs.String("json", "", "also write the figures as one JSON object to `FILE`")
 	mcpURL := fs.String("mcp", "", "measure an existing gateway at this MCP `URL` instead of starting the system (throughput only; see README)")
 	coord := fs.String("coordinator", "", "the existing deployment's coordinator `HOST:PORT` (with --mcp)")
+	cpu := fs.String("cpuprofile", "", "write a CPU profile of this process (etcd, coordinator, worker, gateway and clients, in-process) to `FILE`; go tool pprof reads it")
 	only := fs.String("only", "", "measure only these comma-separated `parts`: "+strings.Join(parts, ", ")+" (memory includes the storm; the cancel ratios need floor)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -82,7 +85,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if *quick {
 		c = quickConfig()
 	}
-	c.jsonFile, c.mcpURL, c.coordinator = *jsonFile, *mcpURL, *coord
+	c.jsonFile, c.mcpURL, c.coordinator, c.cpuProfile = *jsonFile, *mcpURL, *coord, *cpu
 	if *only != "" {
 		c.only = map[string]bool{}
 		for _, p := range strings.Split(*only, ",") {
@@ -103,6 +106,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r, err := measure(ctx, c, stderr)
 	if r != nil {
 		r.print(stdout)
@@ -120,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func measure(ctx context.Context, c config, stderr io.Writer) (*result, error) {
 	start := time.Now()
 	r := newResult(c.quick)
-	defer func() { r.Seconds = round(time.Since(start).Seconds(), 1) }()
+	defer func() { r.Seconds, r.LoadAvgEnd = round(time.Since(start).Seconds(), 1), loadAvg() }()
 	if c.quick {
 		r.Notes = append(r.Notes, fmt.Sprintf("QUICK MODE: %d floor samples, %d cancels per transport, %v throughput windows, %d calls in flight for memory and the storm (the full run: 2000, 2000, 10s, 10000)",
 			c.floorN, c.cancelN, c.window, c.memCalls))

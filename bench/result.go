@@ -22,6 +22,10 @@ type result struct {
 	GoVersion string  `json:"go_version"`
 	CPU       string  `json:"cpu,omitempty"`
 	Seconds   float64 `json:"seconds"`
+	// LoadAvg is /proc/loadavg's 1-minute figure at the start and the end:
+	// other work on the machine, which every figure here is exposed to.
+	LoadAvgStart float64 `json:"load_avg_start,omitempty"`
+	LoadAvgEnd   float64 `json:"load_avg_end,omitempty"`
 
 	FloorSamples  int     `json:"floor_samples,omitempty"`
 	FloorCASP50   float64 `json:"floor_cas_p50_ms,omitempty"`
@@ -83,11 +87,22 @@ type cancelJS struct {
 }
 
 func newResult(quick bool) *result {
-	r := &result{Mode: "full", Cores: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(), CPU: cpuModel()}
+	r := &result{Mode: "full", Cores: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(), CPU: cpuModel(), LoadAvgStart: loadAvg()}
 	if quick {
 		r.Mode = "quick"
 	}
 	return r
+}
+
+// loadAvg is the 1-minute load average, or 0 where there is none.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var v float64
+	fmt.Sscanf(string(b), "%g", &v)
+	return v
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo, where there is one.
@@ -117,7 +132,8 @@ func (r *result) writeJSON(path string) error {
 // print writes the readable table: each figure, its target where the
 // issue sets one, and whether it is met.
 func (r *result) print(w io.Writer) {
-	fmt.Fprintf(w, "mcpcancel benchmark (%s mode) on %d cores %s/%s %s %s, %.0fs\n", r.Mode, r.Cores, r.GOOS, r.GOARCH, r.GoVersion, r.CPU, r.Seconds)
+	fmt.Fprintf(w, "mcpcancel benchmark (%s mode) on %d cores %s/%s %s %s, %.0fs, load average %.1f → %.1f\n",
+		r.Mode, r.Cores, r.GOOS, r.GOARCH, r.GoVersion, r.CPU, r.Seconds, r.LoadAvgStart, r.LoadAvgEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASURE\tVALUE\tTARGET\t")
 	row := func(name, value, target string) { fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, value, target) }

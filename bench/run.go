@@ -212,14 +212,3 @@ func measureProcesses(ctx context.Context, c config, r *result, dir string, prog
 	r.StormCommitsPerCall = ratio(m.stormCommits, float64(m.calls))
 	return nil
 }
-
-// measureRemote measures what an existing deployment allows from outside:
-// throughput through its gateway beside a plain server here. Everything
-// else needs the local system (see the README).
-func measureRemote(ctx context.Context, c config, r *result, progress progressFunc) error {
-	r.Skipped = append(r.Skipped,
-		"floor, commits per call and the etcd ceiling: need etcd itself (run without --mcp)",
-		"cancel propagation: the handler side is timed by a probe tool on an in-process worker (run without --mcp)",
-		"memory and storm: need each component's admin endpoint and a worker that can be emptied (run without --mcp)")
-	return measureThroughput(ctx, c, r, c.mcpURL, benchHTTPClient(2*c.clients), progress)
-}
