@@ -230,3 +230,24 @@ func hs256(key []byte, claims string) string {
 	m.Write([]byte(signed))
 	return signed + "." + b64url(m.Sum(nil))
 }
+
+// A gateway without authentication warns loudly when it listens beyond
+// loopback, and not on loopback or with a tokens file.
+func TestNoAuthenticationWarning(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(tokens, []byte("tok ops\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--http", "0.0.0.0:0"}, true},
+		{[]string{"--http", "127.0.0.1:0"}, false},
+		{[]string{"--http", "0.0.0.0:0", "--tokens-file", tokens}, false},
+	} {
+		gw := start(t, nil, append([]string{"gateway", "--coordinator", "127.0.0.1:1"}, tc.args...)...)
+		gw.waitLine(t, "mcp: ")
+		if got := strings.Contains(gw.stderr(), "NO AUTHENTICATION"); got != tc.warn {
+			t.Errorf("%v: warned %v, want %v:\n%s", tc.args, got, tc.warn, gw.stderr())
+		}
+	}
+}
