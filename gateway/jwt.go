@@ -83,8 +83,9 @@ func (j *JWKS) Authenticate(r *http.Request) (string, error) {
 }
 
 type jwtHeader struct {
-	Alg string `json:"alg"`
-	Kid string `json:"kid"`
+	Alg  string   `json:"alg"`
+	Kid  string   `json:"kid"`
+	Crit []string `json:"crit"` // extensions this verifier would have to know: none are
 }
 
 type jwtClaims struct {
@@ -105,6 +106,9 @@ func (j *JWKS) verify(token string, keys []jwk) (string, error) {
 	var h jwtHeader
 	if err := decodeSegment(parts[0], &h); err != nil {
 		return "", err
+	}
+	if h.Crit != nil {
+		return "", fmt.Errorf("%w: critical header extensions %q are not supported", ErrUnauthenticated, h.Crit)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil {

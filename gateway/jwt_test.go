@@ -169,6 +169,7 @@ func TestJWTVerification(t *testing.T) {
 		"no subject":         es.token(nil, claims("", time.Hour, nil)),
 		"control in subject": es.token(nil, claims("al\nice", time.Hour, nil)),
 		"alg none":           unsigned(hs.token(map[string]any{"alg": "none"}, claims("alice", time.Hour, nil))),
+		"critical extension": hs.token(map[string]any{"crit": []string{"exp"}}, claims("alice", time.Hour, nil)),
 		"kid of another key": hs.token(map[string]any{"kid": "e1"}, claims("alice", time.Hour, nil)),
 		"alg confusion":      confused.token(nil, claims("alice", time.Hour, nil)),
 		"unknown key":        hsSigner(t, "h1").token(nil, claims("alice", time.Hour, nil)),
