@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -158,6 +159,11 @@ type memoryResult struct {
 	stormCommits, stormRevision float64
 }
 
+// rampWave is how many calls the memory run starts before waiting for them
+// to run: 10,000 Begins at once outrun etcd on a loaded 2-core machine and
+// the last ones hit the coordinator's 5 s etcd deadline.
+const rampWave = 250
+
 // measureMemoryAndStorm puts calls sleep calls in flight on one stdio
 // connection, reads every component's heap before and with them in
 // flight, then closes the connection (one client disconnects) and times
@@ -180,13 +186,28 @@ func measureMemoryAndStorm(ctx context.Context, d *deployment, calls int) (memor
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancelCalls() // on an early return; after the storm the calls have ended
-	for range calls {
+	var failed atomic.Int64
+	var stormed atomic.Bool // calls fail by design once the storm starts
+	var firstErr atomic.Pointer[error]
+	for i := range calls {
+		if i > 0 && i%rampWave == 0 {
+			if err := d.awaitInflight(ctx, func(n float64) bool { return n >= float64(i) || failed.Load() > 0 }, 5*time.Minute); err != nil {
+				return r, fmt.Errorf("ramping to %d calls in flight: %w", calls, err)
+			}
+		}
 		wg.Go(func() {
-			cs.CallTool(callCtx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 3000, "steps": 1}})
+			_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 3000, "steps": 1}})
+			if err != nil && callCtx.Err() == nil && !stormed.Load() {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
+			}
 		})
 	}
-	if err := d.awaitInflight(ctx, func(n float64) bool { return n >= float64(calls) }, 5*time.Minute); err != nil {
-		return r, fmt.Errorf("ramping to %d calls in flight: %w", calls, err)
+	if err := d.awaitInflight(ctx, func(n float64) bool { return n >= float64(calls) || failed.Load() > 0 }, 5*time.Minute); err != nil {
+		return r, fmt.Errorf("ramping to %d calls in flight: %w\ngateway stderr:\n%s", calls, err, d.gw.stderrTail())
+	}
+	if e := firstErr.Load(); e != nil {
+		return r, fmt.Errorf("ramping to %d calls in flight: %d calls failed, the first with: %w\ngateway stderr:\n%s", calls, failed.Load(), *e, d.gw.stderrTail())
 	}
 	r.rampSeconds = round(time.Since(start).Seconds(), 3)
 	mark, err := d.commits.settle(ctx, 400*time.Millisecond, 30*time.Second)
@@ -201,6 +222,7 @@ func measureMemoryAndStorm(ctx context.Context, d *deployment, calls int) (memor
 		r.heapPerCall[i] = round((during[i].heapAlloc-before[i].heapAlloc)/float64(calls), 0)
 		r.stackPerCall[i] = round((during[i].stackInuse-before[i].stackInuse)/float64(calls), 0)
 	}
+	stormed.Store(true)
 	return r, d.storm(ctx, &r, mark)
 }
 
