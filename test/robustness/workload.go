@@ -131,14 +131,15 @@ func (wl *Workload) goHTTPSession(ctx context.Context, r *rand.Rand) {
 		HTTPClient: &http.Client{Transport: &tapTransport{base: wl.http, token: token, w: w}},
 		MaxRetries: -1, DisableStandaloneSSE: true,
 	}
+	era, opts := eraOf(r)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "robustness", Version: "0"}, nil).Connect(cctx, t, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "robustness", Version: "0"}, nil).Connect(cctx, t, opts)
 	cancel()
 	if err != nil {
 		pace(ctx, 200*time.Millisecond)
 		return
 	}
-	s := &session{wl: wl, cs: cs, w: w, kind: "go-http", owner: principal}
+	s := &session{wl: wl, cs: cs, w: w, kind: "go-http-" + era, owner: principal}
 	s.run(ctx, r)
 }
 
@@ -175,15 +176,26 @@ func (wl *Workload) goStdioSession(ctx context.Context, r *rand.Rand) {
 		Reader: &tapReader{ReadCloser: stdout, l: &lines{f: func(b []byte) { w.in(b, time.Now()) }}},
 		Writer: &tapWriter{WriteCloser: stdin, l: &lines{f: func(b []byte) { w.out(b, time.Now()) }}},
 	}
+	era, opts := eraOf(r)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "robustness", Version: "0"}, nil).Connect(cctx, tr, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "robustness", Version: "0"}, nil).Connect(cctx, tr, opts)
 	cancel()
 	if err != nil {
 		pace(ctx, 200*time.Millisecond)
 		return
 	}
-	s := &session{wl: wl, cs: cs, w: w, kind: "go-stdio", owner: name, byGW: true}
+	s := &session{wl: wl, cs: cs, w: w, kind: "go-stdio-" + era, owner: name, byGW: true}
 	s.run(ctx, r)
+}
+
+// eraOf picks the protocol half the Go sessions speak: 2026-07-28 (the
+// SDK's default; over HTTP, closing the request stream is the cancel) or
+// 2025-11-25 (sessionful; notifications/cancelled).
+func eraOf(r *rand.Rand) (string, *mcp.ClientSessionOptions) {
+	if r.IntN(2) == 0 {
+		return "2025", &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+	}
+	return "2026", nil
 }
 
 // run makes 5..30 calls, 1..3 at a time, then closes the session;
