@@ -280,7 +280,7 @@ func TestCancelFlood(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	flooding := make(chan error, 1)
 	go func() { flooding <- flood(ctx, url, flooder, 1<<30, floodConns) }() // owned: stopped and awaited below
-	const rounds = 30
+	const rounds = 100
 	var lat []time.Duration
 	for i := range rounds {
 		done := startCall(t, url, victim, i+1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
