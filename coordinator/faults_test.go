@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -287,4 +288,46 @@ func TestDuplicateStopReports(t *testing.T) {
 		return len(as) == 1 && as[0].StoppedAt != nil
 	})
 	ownersLeft(t, e.cli, "twice", 0)
+}
+
+// Regression (found by test/robustness): a call whose Begin committed but
+// whose gateway never ran it (the reply was lost, or the gateway died)
+// stayed RUNNING forever, and vanished unaudited when its retention lease
+// ran out. The janitor now cancels a call still running a lease TTL past
+// its deadline; the stop order reaches the worker, which never saw the
+// call and clears it.
+func TestStrayCallCancelledPastDeadline(t *testing.T) {
+	const ttl = time.Second
+	e := newEnv(t, envOptions{coord: coordinator.Options{LeaseTTL: ttl}})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*ttl) // a call left running fails the test, not the suite
+	defer cancel()
+	watch, err := e.c.WatchAudit(ctx, &pb.WatchAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.c.Begin(t.Context(), &pb.BeginRequest{Key: key("conn:gone", num(1)), Tool: "hold", Timeout: durationpb.New(ttl)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No Execute: the gateway is gone.
+	rec, err := watch.Recv()
+	if err != nil {
+		t.Fatalf("no decision for the stray call: %v", err)
+	}
+	r := rec.Record
+	if r.CallId != b.CallId || r.Outcome != "cancelled" || r.Initiator != pb.Initiator_INITIATOR_TIMEOUT {
+		t.Fatalf("audit = %v, want the stray call cancelled by timeout", r)
+	}
+	// Settled a lease TTL after the deadline, on the janitor's next round.
+	// The bound only catches a call left running, not a slow round.
+	if late := r.SettledAt.AsTime().Sub(b.Deadline.AsTime()); late < ttl || late > 20*ttl {
+		t.Fatalf("settled %v after the deadline; want about one lease TTL (%v)", late, ttl)
+	}
+	testcluster.WaitFor(t, "the worker to clear the stop order", func() bool {
+		resp, err := e.cli.Get(t.Context(), prefix+"owners/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
+	if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 {
+		t.Fatalf("audit = %v", got)
+	}
 }

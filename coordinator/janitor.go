@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -42,8 +44,9 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 	wch := s.cli.Watch(ctx, s.keys.workers(), clientv3.WithPrefix(), clientv3.WithFilterPut())
 	tick := time.NewTicker(s.opts.LeaseTTL)
 	defer tick.Stop()
+	deadlines := map[string]time.Time{} // running calls' deadlines, learnt once per term
 	for {
-		if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
+		if err := s.reconcile(ctx, deadlines); err != nil && ctx.Err() == nil {
 			s.log.Warn("janitor: reconcile", "err", err)
 		}
 		select {
@@ -60,13 +63,21 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 	}
 }
 
-// reconcile settles every orphaned owner key: one whose worker key is gone,
-// or was re-created after the call began (a new incarnation of the worker
-// does not run its predecessor's calls).
-func (s *Server) reconcile(ctx context.Context) error {
+// reconcile settles the calls nobody else will:
+//   - orphans: an owner key whose worker key is gone, or was re-created
+//     after the call began (a new incarnation of the worker does not run
+//     its predecessor's calls), fails as worker_lost;
+//   - strays: a call still running a lease TTL past its deadline is
+//     cancelled as timed out. Its gateway would have cancelled it at the
+//     deadline, so the gateway is gone, or never learnt the call began
+//     (Begin's transaction committed but its reply was lost), and the
+//     worker may never have seen it.
+//
+// deadlines caches the deadline of each running call between rounds.
+func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) error {
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).Then(
-		clientv3.OpGet(s.keys.owners(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.owners(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.keys.workers(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	cancel()
@@ -77,37 +88,100 @@ func (s *Server) reconcile(ctx context.Context) error {
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		live[string(kv.Key[len(s.keys.workers()):])] = kv.CreateRevision
 	}
+	running := map[string]*mvccpb.KeyValue{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		w, id, ok := s.keys.parseOwner(string(kv.Key))
 		if !ok {
 			continue
 		}
-		if rev, alive := live[w]; alive && kv.CreateRevision > rev {
+		if rev, alive := live[w]; !alive || kv.CreateRevision <= rev {
+			err := s.abandoned(ctx, w, id, kv.CreateRevision, decision{
+				state: stateFailed, initiator: "worker_lost",
+				reason: fmt.Sprintf("worker %s was lost", w), ownerGone: true,
+			})
+			if err != nil {
+				return err
+			}
 			continue
 		}
-		if err := s.orphan(ctx, w, id, kv.CreateRevision); err != nil {
+		if len(kv.Value) == 0 { // settled calls hold a stop order instead
+			running[id] = kv
+		}
+	}
+	for id := range deadlines {
+		if running[id] == nil {
+			delete(deadlines, id)
+		}
+	}
+	if err := s.learnDeadlines(ctx, running, deadlines); err != nil {
+		return err
+	}
+	now := s.now()
+	for id, d := range deadlines {
+		if !now.After(d.Add(s.opts.LeaseTTL)) {
+			continue
+		}
+		w, _, _ := s.keys.parseOwner(string(running[id].Key))
+		err := s.abandoned(ctx, w, id, running[id].CreateRevision, decision{
+			state: stateCancelled, initiator: "timeout",
+			reason: "no outcome by the deadline: the caller is gone",
+		})
+		if err != nil {
 			return err
+		}
+		delete(deadlines, id)
+	}
+	return nil
+}
+
+// learnDeadlines reads the deadline of every running call not yet in
+// deadlines, many calls per read. A call whose record is gone gets the
+// zero deadline, so that abandoned clears its owner key.
+func (s *Server) learnDeadlines(ctx context.Context, running map[string]*mvccpb.KeyValue, deadlines map[string]time.Time) error {
+	var ids []string
+	for id := range running {
+		if _, ok := deadlines[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	for chunk := range slices.Chunk(ids, 64) {
+		gets := make([]clientv3.Op, len(chunk))
+		for i, id := range chunk {
+			gets[i] = clientv3.OpGet(s.keys.call(id))
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Txn(octx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return etcdErr(octx, "janitor read deadlines", err)
+		}
+		for i, id := range chunk {
+			deadlines[id] = time.Time{}
+			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+				if rec, err := decode[callRecord]("call", kvs[0].Value); err == nil {
+					deadlines[id] = rec.Deadline
+				}
+			}
 		}
 	}
 	return nil
 }
 
-// orphan fails a call whose worker is gone, or clears the owner key of a
-// call that already settled.
-func (s *Server) orphan(ctx context.Context, worker, id string, ownerRev int64) error {
+// abandoned settles a call nobody else will settle as d says, or clears
+// its owner key if the call has settled or is gone.
+func (s *Server) abandoned(ctx context.Context, worker, id string, ownerRev int64, d decision) error {
 	rec, kv, err := s.getCall(ctx, id)
 	if err == nil && rec.State == stateRunning {
-		_, err = s.settle(ctx, rec, kv, decision{
-			state: stateFailed, initiator: "worker_lost",
-			reason: fmt.Sprintf("worker %s was lost", worker), ownerGone: true,
-		})
-		if err == nil {
-			s.log.Info("janitor: failed call of lost worker", "call", id, "worker", worker)
+		if _, err = s.settle(ctx, rec, kv, d); err == nil {
+			s.log.Info("janitor: settled an abandoned call", "call", id, "worker", worker, "outcome", d.state, "reason", d.reason)
 		}
 		return err
 	}
 	if err != nil && !errors.Is(err, ErrUnknownCall) {
 		return err
+	}
+	if rec != nil && !d.ownerGone {
+		return nil // settled meanwhile; its stop order stands until the handler returns
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
