@@ -166,9 +166,19 @@ func (b *stopBatcher) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		batch = b.fill(ctx, batch)
-		if err := b.flush(ctx, batch); err != nil && ctx.Err() == nil {
-			b.s.log.Warn("recording handler stops", "n", len(batch), "err", err)
+		// A batch that cannot be written (etcd unavailable) is kept and
+		// retried with the reports that arrive meanwhile: dropping it would
+		// leave its owner keys, and stop orders, behind until the worker dies.
+		for wait := stopFlushDelay; ; wait = min(2*wait, 5*time.Second) {
+			batch = b.fill(ctx, batch)
+			err := b.flush(ctx, batch)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			b.s.log.Warn("recording handler stops; will retry", "n", len(batch), "err", err)
+			if backoff(ctx, wait) != nil {
+				break
+			}
 		}
 	}
 }
