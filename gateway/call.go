@@ -43,7 +43,8 @@ type call struct {
 	state    int
 	outcome  string // for metrics, once the gate closed
 	begun    *pb.BeginResponse
-	pending  *cancelOrder // a cancel asked for before Begin returned
+	timeout  time.Duration // as granted by the coordinator, for the timeout's message
+	pending  *cancelOrder  // a cancel asked for before Begin returned
 	stopExec context.CancelFunc
 }
 
@@ -107,15 +108,18 @@ func (c *call) run(p callParams) {
 		c.beginFailed(err, p.Name)
 		return
 	}
+	// The coordinator may grant less time than asked (it caps deadlines).
+	timeout := begun.GetTimeout().AsDuration()
 	c.mu.Lock()
 	c.begun = begun
+	c.timeout = timeout
 	pending := c.pending
 	c.mu.Unlock()
 	if pending != nil && c.sendCancel(pending) {
 		return
 	}
 	timer := time.AfterFunc(time.Until(begun.GetDeadline().AsTime()), func() {
-		c.requestCancel(pb.Initiator_INITIATOR_TIMEOUT, fmt.Sprintf("timed out after %v", g.opts.CallTimeout))
+		c.requestCancel(pb.Initiator_INITIATOR_TIMEOUT, fmt.Sprintf("timed out after %v", timeout))
 	})
 	defer timer.Stop()
 	c.execute(p, begun)
@@ -265,7 +269,10 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 func (c *call) cancelledBy(who pb.Initiator) {
 	if who == pb.Initiator_INITIATOR_TIMEOUT {
 		c.setOutcome(outcomeTimeout)
-		c.respond(c.result(toolError("the call timed out after %v and was cancelled", c.s.g.opts.CallTimeout)))
+		c.mu.Lock()
+		timeout := c.timeout
+		c.mu.Unlock()
+		c.respond(c.result(toolError("the call timed out after %v and was cancelled", timeout)))
 	} else {
 		c.mu.Lock()
 		if c.state == running {

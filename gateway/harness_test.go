@@ -49,13 +49,14 @@ type stack struct {
 type stackOptions struct {
 	gateways int
 	gw       gateway.Options
+	coord    coordinator.Options
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	cl := etcdtest.Single(t)
 	st := &stack{cli: cl.Client()}
-	st.coord = testcluster.StartCoordinator(t, st.cli, coordinator.Options{})
+	st.coord = testcluster.StartCoordinator(t, st.cli, o.coord)
 	st.c = st.coord.Client(t)
 	st.w = testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w1"}, demo.Register)
 	waitFor(t, "the demo tools", func() bool {

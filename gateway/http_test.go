@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 )
 
@@ -244,6 +245,25 @@ func TestTimeoutAnswersWithError(t *testing.T) {
 	as := st.audits(t, "session:"+sid)["1"]
 	if len(as) != 1 || as[0].Outcome != "cancelled" || as[0].Initiator != "timeout" {
 		t.Fatalf("audit = %+v", as)
+	}
+}
+
+// Regression (found by test/robustness): the coordinator caps deadlines,
+// and the timeout's message named the gateway's own --call-timeout
+// instead of the time the call really had.
+func TestTimeoutMessageSaysTheGrantedTime(t *testing.T) {
+	st := newStack(t, stackOptions{
+		gw:    gateway.Options{CallTimeout: time.Hour},
+		coord: coordinator.Options{MaxTimeout: 300 * time.Millisecond},
+	})
+	sid := openSession(t, st.urls[0])
+	r := <-startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 30}, nil)
+	if len(r.msgs) != 1 {
+		t.Fatalf("messages = %v", r.msgs)
+	}
+	res, _ := r.msgs[0]["result"].(map[string]any)
+	if text := fmt.Sprint(res["content"]); res["isError"] != true || !strings.Contains(text, "timed out after 300ms") {
+		t.Fatalf("result = %v, want the 300ms the coordinator granted", r.msgs[0])
 	}
 }
 

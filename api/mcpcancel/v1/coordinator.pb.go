@@ -233,6 +233,9 @@ type BeginResponse struct {
 	// The worker's Execute address (host:port).
 	WorkerAddress string                 `protobuf:"bytes,4,opt,name=worker_address,json=workerAddress,proto3" json:"worker_address,omitempty"`
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// How long the call may run: the request's timeout, or the
+	// coordinator's default, capped by its maximum.
+	Timeout       *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,6 +301,13 @@ func (x *BeginResponse) GetWorkerAddress() string {
 func (x *BeginResponse) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Deadline
+	}
+	return nil
+}
+
+func (x *BeginResponse) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
 	}
 	return nil
 }
@@ -2510,13 +2520,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xb5\x01\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xea\x01\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12%\n" +
 	"\x0eworker_address\x18\x04 \x01(\tR\rworkerAddress\x126\n" +
-	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x99\x02\n" +
+	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x123\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x99\x02\n" +
 	"\rCancelRequest\x12)\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03key\x12+\n" +
 	"\x04call\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallRefH\x00R\x04call\x125\n" +
@@ -2755,81 +2766,82 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	42, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
 	43, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
 	44, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	42, // 3: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
-	5,  // 4: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 5: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 6: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	0,  // 7: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	5,  // 8: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	44, // 9: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	5,  // 11: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 12: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 13: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	12, // 15: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	13, // 16: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	14, // 17: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	15, // 18: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	16, // 19: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	46, // 20: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	44, // 21: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	46, // 22: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	18, // 23: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	19, // 24: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	43, // 25: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	47, // 26: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	45, // 27: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	22, // 28: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	46, // 29: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	46, // 30: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	42, // 31: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	48, // 32: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	44, // 33: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	49, // 34: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	44, // 35: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	49, // 36: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	46, // 37: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	45, // 38: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 39: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	35, // 40: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	43, // 41: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	35, // 42: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 43: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 44: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 45: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 46: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 47: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	20, // 48: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	23, // 49: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	25, // 50: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	27, // 51: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	29, // 52: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	31, // 53: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	33, // 54: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	36, // 55: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	38, // 56: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	40, // 57: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 58: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 59: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 60: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 61: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	17, // 62: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	21, // 63: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	24, // 64: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	26, // 65: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	28, // 66: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	30, // 67: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	32, // 68: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	34, // 69: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	37, // 70: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	39, // 71: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	41, // 72: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	58, // [58:73] is the sub-list for method output_type
-	43, // [43:58] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	43, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	42, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
+	45, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
+	5,  // 9: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	44, // 10: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	5,  // 12: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	45, // 13: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 14: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	12, // 16: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	13, // 17: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	14, // 18: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	15, // 19: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	16, // 20: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	46, // 21: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	44, // 22: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	46, // 23: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	18, // 24: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	19, // 25: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	43, // 26: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 27: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	45, // 28: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	22, // 29: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	46, // 30: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	46, // 31: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	42, // 32: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	48, // 33: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	44, // 34: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	49, // 35: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	44, // 36: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	49, // 37: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	46, // 38: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	45, // 39: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 40: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	35, // 41: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	43, // 42: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	35, // 43: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 44: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 45: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 46: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 47: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 48: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	20, // 49: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	23, // 50: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	25, // 51: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	27, // 52: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	29, // 53: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	31, // 54: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	33, // 55: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	36, // 56: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	38, // 57: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	40, // 58: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 59: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 60: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 61: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 62: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	17, // 63: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	21, // 64: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	24, // 65: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	26, // 66: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	28, // 67: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	30, // 68: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	32, // 69: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	34, // 70: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	37, // 71: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	39, // 72: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	41, // 73: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
