@@ -76,6 +76,14 @@ func TestBadInput(t *testing.T) {
 			_, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: ref(good.CallId, good.Fence-1, "w1")})
 			return err
 		}, codes.FailedPrecondition, "FENCE_MISMATCH"},
+		{"complete naming no worker", func() error {
+			_, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: ref(good.CallId, good.Fence, "")})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"fail naming no worker", func() error {
+			_, err := e.c.Fail(t.Context(), &pb.FailRequest{Call: ref(good.CallId, good.Fence, ""), Initiator: client})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT"},
 		{"complete by another worker", func() error {
 			_, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: ref(good.CallId, good.Fence, "w2")})
 			return err

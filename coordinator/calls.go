@@ -323,7 +323,10 @@ func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *
 	if !validCallID(ref.GetCallId()) {
 		return nil, nil, invalid("call id must be 32 hex digits")
 	}
-	if c, ok := s.running.call(ref.GetCallId(), ref.GetFence()); ok && (ref.GetWorker() == "" || ref.GetWorker() == c.rec.Worker) {
+	if ref.GetWorker() == "" {
+		return nil, nil, invalid("a call reference must name the call's worker")
+	}
+	if c, ok := s.running.call(ref.GetCallId(), ref.GetFence()); ok && ref.GetWorker() == c.rec.Worker {
 		return c.rec, c.kv(s.keys), nil // settle's guard checks it is current
 	}
 	rec, kv, err := s.getCall(ctx, ref.GetCallId())
@@ -333,7 +336,7 @@ func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *
 	if kv.CreateRevision != ref.GetFence() {
 		return nil, nil, fmt.Errorf("%w: call %s has fence %d, not %d", ErrFenceMismatch, rec.CallID, kv.CreateRevision, ref.GetFence())
 	}
-	if ref.GetWorker() != "" && ref.GetWorker() != rec.Worker {
+	if ref.GetWorker() != rec.Worker {
 		return nil, nil, fmt.Errorf("%w: call %s runs on %s", ErrNotOwner, rec.CallID, rec.Worker)
 	}
 	return rec, kv, nil
