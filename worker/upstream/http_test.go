@@ -73,6 +73,7 @@ type wiretap struct {
 type tapped struct {
 	method  string
 	session string
+	version string // the MCP-Protocol-Version header
 	body    wireMsg
 }
 
@@ -90,7 +91,7 @@ func startWiretap(t *testing.T, target string) (*wiretap, string) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(b))
-		tr := &tapped{method: r.Method, session: r.Header.Get("Mcp-Session-Id")}
+		tr := &tapped{method: r.Method, session: r.Header.Get("Mcp-Session-Id"), version: r.Header.Get("MCP-Protocol-Version")}
 		if len(b) > 0 {
 			json.Unmarshal(b, &tr.body)
 		}
@@ -153,8 +154,9 @@ func TestHTTPCancelAfterTwoProgress(t *testing.T) {
 // methods of requests whose response the adapter abandoned (cancelled)
 // before the server ended it.
 type streamCloses struct {
-	mu sync.Mutex
-	m  map[string]bool
+	mu       sync.Mutex
+	m        map[string]bool
+	versions map[string]string // MCP-Protocol-Version by method
 }
 
 func (s *streamCloses) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -167,6 +169,12 @@ func (s *streamCloses) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(b))
 		json.Unmarshal(b, &m)
 	}
+	s.mu.Lock()
+	if s.versions == nil {
+		s.versions = map[string]string{}
+	}
+	s.versions[m.Method] = req.Header.Get("MCP-Protocol-Version")
+	s.mu.Unlock()
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil || m.Method == "" {
 		return resp, err
@@ -200,4 +208,10 @@ func (b *eofBody) Read(p []byte) (int, error) {
 		b.eof.Store(true)
 	}
 	return n, err
+}
+
+func (s *streamCloses) version(method string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.versions[method]
 }
