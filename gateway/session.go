@@ -68,8 +68,11 @@ func (b *bucket) available(now time.Time) bool {
 	return b.tokens >= 1
 }
 
-// spend takes a token (it may go below one; refills pay it back).
+// spend takes a token.
 func (b *bucket) spend() { b.tokens-- }
+
+// refund gives a token back.
+func (b *bucket) refund() { b.tokens = min(lookupBurst, b.tokens+1) }
 
 func newSession(g *Gateway, scope, principal string) *session {
 	return &session{
@@ -177,8 +180,13 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		s.g.metrics.cancel(cancelUnknown) // no other replica can hold a call of this scope
 		return
 	}
+	// Take the token before the lookup, so that concurrent cancels cannot
+	// all pass the check; a lookup that finds its call gives it back.
 	s.mu.Lock()
 	allowed := s.lookups.available(time.Now())
+	if allowed {
+		s.lookups.spend()
+	}
 	s.mu.Unlock()
 	if !allowed {
 		s.g.metrics.cancel(cancelRateLimited)
@@ -194,9 +202,9 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		s.g.log.Warn("cancel for a call on another replica failed", "scope", s.scope, "err", err)
 		return
 	}
-	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_UNKNOWN {
+	if resp.GetResult() != pb.CancelResult_CANCEL_RESULT_UNKNOWN {
 		s.mu.Lock()
-		s.lookups.spend()
+		s.lookups.refund()
 		s.mu.Unlock()
 	}
 	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
@@ -262,7 +270,7 @@ func (s *session) unregister(c *call) {
 // flight at once. One at a time, a disconnect with 10,000 calls took one
 // etcd commit's latency per call (minutes); many at once, etcd commits
 // them together (BenchmarkStdioDisconnect).
-const cancelAllParallelism = 64
+const cancelAllParallelism = 256
 
 // cancelAll cancels every call of this session held here, and returns once
 // every cancel has been answered.
