@@ -293,9 +293,9 @@ func TestDuplicateStopReports(t *testing.T) {
 // Regression (found by test/robustness): a call whose Begin committed but
 // whose gateway never ran it (the reply was lost, or the gateway died)
 // stayed RUNNING forever, and vanished unaudited when its retention lease
-// ran out. The janitor now cancels a call still running a lease TTL past
-// its deadline; the stop order reaches the worker, which never saw the
-// call and clears it.
+// ran out. The janitor now fails a call still running a lease TTL past
+// its deadline (its client, if any, was told it could not start); the
+// stop order reaches the worker, which never saw the call and clears it.
 func TestStrayCallCancelledPastDeadline(t *testing.T) {
 	const ttl = time.Second
 	e := newEnv(t, envOptions{coord: coordinator.Options{LeaseTTL: ttl}})
@@ -315,8 +315,8 @@ func TestStrayCallCancelledPastDeadline(t *testing.T) {
 		t.Fatalf("no decision for the stray call: %v", err)
 	}
 	r := rec.Record
-	if r.CallId != b.CallId || r.Outcome != "cancelled" || r.Initiator != pb.Initiator_INITIATOR_TIMEOUT {
-		t.Fatalf("audit = %v, want the stray call cancelled by timeout", r)
+	if r.CallId != b.CallId || r.Outcome != "failed" || r.Initiator != pb.Initiator_INITIATOR_TIMEOUT {
+		t.Fatalf("audit = %v, want the stray call failed by timeout", r)
 	}
 	// Settled a lease TTL after the deadline, on the janitor's next round.
 	// The bound only catches a call left running, not a slow round.

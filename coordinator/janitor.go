@@ -67,11 +67,12 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 //   - orphans: an owner key whose worker key is gone, or was re-created
 //     after the call began (a new incarnation of the worker does not run
 //     its predecessor's calls), fails as worker_lost;
-//   - strays: a call still running a lease TTL past its deadline is
-//     cancelled as timed out. Its gateway would have cancelled it at the
-//     deadline, so the gateway is gone, or never learnt the call began
-//     (Begin's transaction committed but its reply was lost), and the
-//     worker may never have seen it.
+//   - strays: a call still running a lease TTL past its deadline fails
+//     as timed out. Its gateway would have cancelled it at the deadline,
+//     so the gateway is gone, or never learnt the call began (Begin's
+//     transaction committed but its reply was lost, and the client was
+//     told the call could not start: hence FAILED, not CANCELLED), and
+//     the worker may never have seen it.
 //
 // deadlines caches the deadline of each running call between rounds.
 func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) error {
@@ -123,8 +124,8 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 		}
 		w, _, _ := s.keys.parseOwner(string(running[id].Key))
 		err := s.abandoned(ctx, w, id, running[id].CreateRevision, decision{
-			state: stateCancelled, initiator: "timeout",
-			reason: "no outcome by the deadline: the caller is gone",
+			state: stateFailed, initiator: "timeout",
+			reason: "no outcome by the deadline: its gateway is gone or never learnt it began",
 		})
 		if err != nil {
 			return err
