@@ -270,7 +270,7 @@ func (s *session) unregister(c *call) {
 // flight at once. One at a time, a disconnect with 10,000 calls took one
 // etcd commit's latency per call (minutes); many at once, etcd commits
 // them together (BenchmarkStdioDisconnect).
-const cancelAllParallelism = 256
+const cancelAllParallelism = 64
 
 // cancelAll cancels every call of this session held here, and returns once
 // every cancel has been answered.
