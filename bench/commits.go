@@ -43,16 +43,7 @@ func (c *commitCounter) mark(ctx context.Context) (commitMark, error) {
 }
 
 func (c *commitCounter) proposals(ctx context.Context) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.metricsURL, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	return metricValue(bufio.NewScanner(resp.Body), "etcd_server_proposals_committed_total")
+	return gauge(ctx, c.hc, c.metricsURL, "etcd_server_proposals_committed_total")
 }
 
 // metricValue finds an unlabelled sample in Prometheus text format.

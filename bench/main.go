@@ -38,6 +38,7 @@ type config struct {
 	memCalls      int             // calls in flight for memory and the storm
 	only          map[string]bool // parts to run; empty: all
 	cpuProfile    string          // write this process's CPU profile here
+	profileDir    string          // write the components' CPU profiles during the storm here
 }
 
 // parts are what --only may name.
@@ -74,6 +75,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	mcpURL := fs.String("mcp", "", "measure an existing gateway at this MCP `URL` instead of starting the system (throughput only; see README)")
 	coord := fs.String("coordinator", "", "the existing deployment's coordinator `HOST:PORT` (with --mcp)")
 	cpu := fs.String("cpuprofile", "", "write a CPU profile of this process (etcd, coordinator, worker, gateway and clients, in-process) to `FILE`; go tool pprof reads it")
+	profDir := fs.String("storm-profiles", "", "write 5 s CPU profiles of the gateway, coordinator and worker processes, taken as the storm starts, to `DIR`/<component>-storm.pprof")
 	only := fs.String("only", "", "measure only these comma-separated `parts`: "+strings.Join(parts, ", ")+" (memory includes the storm; the cancel ratios need floor)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -85,7 +87,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if *quick {
 		c = quickConfig()
 	}
-	c.jsonFile, c.mcpURL, c.coordinator, c.cpuProfile = *jsonFile, *mcpURL, *coord, *cpu
+	c.jsonFile, c.mcpURL, c.coordinator, c.cpuProfile, c.profileDir = *jsonFile, *mcpURL, *coord, *cpu, *profDir
 	if *only != "" {
 		c.only = map[string]bool{}
 		for _, p := range strings.Split(*only, ",") {

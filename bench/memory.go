@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -34,10 +35,13 @@ type deployment struct {
 	cs      *mcp.ClientSession // the one stdio client
 	gwStdin io.WriteCloser     // the gateway's stdin: closing it is the disconnect
 	hc      *http.Client
+	// profileDir, if set, receives CPU profiles of each component taken
+	// during the storm.
+	profileDir string
 }
 
-func startDeployment(ctx context.Context, dir, bin string, calls int) (_ *deployment, err error) {
-	d := &deployment{hc: &http.Client{Timeout: 60 * time.Second}}
+func startDeployment(ctx context.Context, dir, bin string, calls int, profileDir string) (_ *deployment, err error) {
+	d := &deployment{hc: &http.Client{Timeout: 60 * time.Second}, profileDir: profileDir}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -51,7 +55,7 @@ func startDeployment(ctx context.Context, dir, bin string, calls int) (_ *deploy
 	}
 	d.commits = &commitCounter{metricsURL: d.etcd.ClientURL() + "/metrics", cli: d.cli, hc: d.hc}
 	if d.coord, err = startProc(ctx, "coordinator", bin, []string{"coordinator", "admin"}, "coordinator",
-		"--etcd", d.etcd.ClientURL(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-level", "error"); err != nil {
+		"--etcd", d.etcd.ClientURL(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-level", "warn"); err != nil {
 		return nil, err
 	}
 	addr := d.coord.get("coordinator")
@@ -61,7 +65,7 @@ func startDeployment(ctx context.Context, dir, bin string, calls int) (_ *deploy
 	}
 	limit := strconv.Itoa(calls + 64)
 	cmd := exec.Command(bin, "gateway", "--stdio", "--coordinator", addr, "--admin", "127.0.0.1:0",
-		"--scope-limit", limit, "--global-limit", limit, "--call-timeout", "1h", "--log-level", "error")
+		"--scope-limit", limit, "--global-limit", limit, "--call-timeout", "1h", "--log-level", "warn")
 	p, stderr, err := newProc("gateway", cmd)
 	if err != nil {
 		return nil, err
@@ -159,6 +163,9 @@ type memoryResult struct {
 	stormCommits, stormRevision float64
 }
 
+// stormLimit bounds the wait for the storm's last handler.
+const stormLimit = 2 * time.Minute
+
 // rampWave is how many calls the memory run starts before waiting for them
 // to run: 10,000 Begins at once outrun etcd on a loaded 2-core machine and
 // the last ones hit the coordinator's 5 s etcd deadline.
@@ -229,12 +236,14 @@ func measureMemoryAndStorm(ctx context.Context, d *deployment, calls int) (memor
 // storm disconnects the client (closes the gateway's stdin, as a client
 // process that dies would) and times until the last handler returned.
 func (d *deployment) storm(ctx context.Context, r *memoryResult, mark commitMark) error {
+	profiled := d.profileStorm(ctx)
+	defer profiled()
 	start := time.Now()
 	if err := d.gwStdin.Close(); err != nil {
 		return err
 	}
-	if err := d.awaitInflight(ctx, func(n float64) bool { return n == 0 }, 5*time.Minute); err != nil {
-		return fmt.Errorf("cancel storm: %w", err)
+	if err := d.awaitInflight(ctx, func(n float64) bool { return n == 0 }, stormLimit); err != nil {
+		return fmt.Errorf("cancel storm: %w\ngateway stderr:\n%s\ncoordinator stderr:\n%s", err, d.gw.stderrTail(), d.coord.stderrTail())
 	}
 	r.stormSeconds = round(time.Since(start).Seconds(), 3)
 	after, err := d.commits.settle(ctx, 400*time.Millisecond, 60*time.Second)
@@ -244,6 +253,45 @@ func (d *deployment) storm(ctx context.Context, r *memoryResult, mark commitMark
 	r.stormCommits = after.proposals - mark.proposals
 	r.stormRevision = float64(after.revision - mark.revision)
 	return nil
+}
+
+// profileStorm, when the deployment has a profile directory, fetches a
+// 5 s CPU profile of each component from the storm's start, as
+// DIR/<component>-storm.pprof; the returned func waits for them.
+func (d *deployment) profileStorm(ctx context.Context) func() {
+	if d.profileDir == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for _, p := range []*proc{d.gw, d.coord, d.worker} {
+		wg.Go(func() {
+			if err := fetchProfile(ctx, d.hc, p.get("admin"), filepath.Join(d.profileDir, p.name+"-storm.pprof")); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: profiling %s: %v\n", p.name, err)
+			}
+		})
+	}
+	return wg.Wait
+}
+
+func fetchProfile(ctx context.Context, hc *http.Client, admin, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/profile?seconds=5", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }
 
 // warm runs some calls first so that pools, connections and caches exist
@@ -268,7 +316,7 @@ func (d *deployment) warm(ctx context.Context) error {
 
 func (d *deployment) awaitInflight(ctx context.Context, ok func(float64) bool, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(5 * time.Millisecond)
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	last := -1.0
 	for {

@@ -192,7 +192,7 @@ func measureProcesses(ctx context.Context, c config, r *result, dir string, prog
 	if err != nil {
 		return err
 	}
-	d, err := startDeployment(ctx, filepath.Join(dir, "procs"), bin, c.memCalls)
+	d, err := startDeployment(ctx, filepath.Join(dir, "procs"), bin, c.memCalls, c.profileDir)
 	if err != nil {
 		return err
 	}
