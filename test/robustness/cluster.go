@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
 )
 
 // prefix is the coordinators' etcd key prefix.
@@ -71,7 +70,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if err := c.writeTokens(); err != nil {
 		return nil, err
 	}
-	addrs, err := embedetcd.FreeAddrs(3*2 + 2 + 3*2 + 2)
+	addrs, err := restartableAddrs(3*2 + 2 + 3*2 + 2)
 	if err != nil {
 		return nil, err
 	}

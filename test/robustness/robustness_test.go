@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,19 +19,7 @@ var (
 	soak     = flag.Duration("soak", 0, "run TestSoak for this long (e.g. 30m); 0 skips it")
 	jsonOut  = flag.String("json", "", "write the run's summary as JSON to this file")
 	seedFlag = flag.Int64("seed", 0, "replay this workload seed (0: a random one, printed)")
-	blocked  = flag.Bool("blocked", false, "run TestCluster although the coordinator bugs it finds are open")
 )
-
-// openBugs are coordinator bugs this harness finds on most runs; the
-// coordinator is being refactored by its owner, so they are reported, not
-// fixed here. TestCluster skips (loudly) until they are fixed; run it with
-// -blocked to see them. Remove an entry with its fix.
-var openBugs = []string{
-	"calls left RUNNING forever when Begin's commit outlives its reply " +
-		"(coordinator killed or etcd member lost after the Txn; gateway killed between Begin and Execute): " +
-		"nothing settles a call past its deadline whose worker is alive",
-	"owner keys (no lease) leak when a stop report's etcd write fails: stopBatcher.flush drops the batch",
-}
 
 // bins holds the binaries, built once by the first test that needs them.
 var bins struct {
@@ -78,9 +65,6 @@ const fixedSeed = 20261128
 func TestCluster(t *testing.T) {
 	if *soak > 0 {
 		t.Skip("-soak runs TestSoak instead")
-	}
-	if len(openBugs) > 0 && !*blocked {
-		t.Skipf("BLOCKED by open coordinator bugs (run with -blocked to reproduce):\n- %s", strings.Join(openBugs, "\n- "))
 	}
 	// The fault schedule follows the fixed seed, so every run injects the
 	// same kinds in the same order; the workload follows a random seed,
