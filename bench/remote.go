@@ -70,9 +70,10 @@ func remoteCancels(ctx context.Context, coord pb.CoordinatorServiceClient, url s
 	}
 	defer cs.Close()
 	scope := "session:" + cs.ID()
+	seen := map[string]bool{} // call ids already measured
 	var out []time.Duration
 	for i := range n {
-		d, err := remoteCancel(ctx, coord, cs, scope, "bench-"+strconv.Itoa(i), progressed)
+		d, err := remoteCancel(ctx, coord, cs, scope, "bench-"+strconv.Itoa(i), progressed, seen)
 		if err != nil {
 			return out, err
 		}
@@ -81,7 +82,7 @@ func remoteCancels(ctx context.Context, coord pb.CoordinatorServiceClient, url s
 	return out, nil
 }
 
-func remoteCancel(ctx context.Context, coord pb.CoordinatorServiceClient, cs *mcp.ClientSession, scope, tok string, progressed <-chan any) (time.Duration, error) {
+func remoteCancel(ctx context.Context, coord pb.CoordinatorServiceClient, cs *mcp.ClientSession, scope, tok string, progressed <-chan any, seen map[string]bool) (time.Duration, error) {
 	since := time.Now().Add(-time.Second) // settled_at is the coordinator's clock
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -105,11 +106,12 @@ func remoteCancel(ctx context.Context, coord pb.CoordinatorServiceClient, cs *mc
 	cancel()
 	<-errc
 	for {
-		rec, err := cancelledRecord(ctx, coord, scope, since)
+		rec, err := cancelledRecord(ctx, coord, scope, since, seen)
 		if err != nil {
 			return 0, err
 		}
 		if rec != nil {
+			seen[rec.GetCallId()] = true
 			return rec.GetStoppedAt().AsTime().Sub(start), nil
 		}
 		select {
@@ -120,15 +122,15 @@ func remoteCancel(ctx context.Context, coord pb.CoordinatorServiceClient, cs *mc
 	}
 }
 
-// cancelledRecord is the scope's cancelled sleep settled since, once its
-// stopped_at is recorded.
-func cancelledRecord(ctx context.Context, coord pb.CoordinatorServiceClient, scope string, since time.Time) (*pb.AuditRecord, error) {
+// cancelledRecord is the scope's cancelled sleep settled since and not
+// seen before, once its stopped_at is recorded.
+func cancelledRecord(ctx context.Context, coord pb.CoordinatorServiceClient, scope string, since time.Time, seen map[string]bool) (*pb.AuditRecord, error) {
 	resp, err := coord.ListAudit(ctx, &pb.ListAuditRequest{Since: timestamppb.New(since), Tool: "sleep", Outcome: "cancelled", PageSize: 1000})
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range resp.GetRecords() {
-		if a.GetScope() == scope && a.GetStoppedAt() != nil {
+		if a.GetScope() == scope && a.GetStoppedAt() != nil && !seen[a.GetCallId()] {
 			return a, nil
 		}
 	}

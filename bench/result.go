@@ -146,13 +146,15 @@ func (r *result) print(w io.Writer) {
 			row(fmt.Sprintf("cancel → handler ctx done, %s (n=%d)", k, c.Samples), fmt.Sprintf("p50 %.3f ms  p99 %.3f ms  max %.3f ms", c.P50, c.P99, c.Max), "")
 		}
 	}
-	if r.CancelSamples > 0 {
+	if r.CancelSamples > 0 && r.FloorSamples > 0 {
 		row("cancel p50 ÷ floor p50 (CAS+watch)", fmt.Sprintf("%.2f×", r.CancelP50VsFloor), verdict(r.CancelP50VsFloor <= 2, "≤ 2×"))
 		row("cancel p99 ÷ floor p99 (CAS+watch)", fmt.Sprintf("%.2f×", r.CancelP99VsFloor), verdict(r.CancelP99VsFloor <= 2, "≤ 2×"))
 	}
 	if r.CallsPerSec > 0 {
 		row(fmt.Sprintf("echo calls/s via gateway (%d clients, %.0fs)", r.Clients, r.WindowSeconds), fmt.Sprintf("%.0f", r.CallsPerSec), "")
 		row("echo calls/s, plain go-sdk server", fmt.Sprintf("%.0f  (gateway is %.1f%% of it)", r.PlainCallsPerSec, 100*r.CallsVsPlain), "")
+	}
+	if r.EtcdCeilingCallsPerSec > 0 {
 		row("etcd ceiling calls/s (Txn/s ÷ commits/call)", fmt.Sprintf("%.0f  (%.0f Txn/s)", r.EtcdCeilingCallsPerSec, r.EtcdTxnPerSec), "")
 		row("gateway ÷ etcd ceiling", fmt.Sprintf("%.1f%%", 100*r.CallsVsCeiling), verdict(r.CallsVsCeiling >= 0.5, "≥ 50%"))
 	}

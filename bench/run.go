@@ -76,6 +76,9 @@ func (r *result) setCancel(transport string, d dist) {
 		return
 	}
 	r.CancelSamples, r.CancelP50, r.CancelP99, r.CancelMax = d.N, ms(d.P50), ms(d.P99), ms(d.Max)
+	if r.FloorSamples == 0 {
+		return
+	}
 	r.CancelP50VsFloor = ratio(r.CancelP50, r.FloorCASP50+r.FloorWatchP50)
 	r.CancelP99VsFloor = ratio(r.CancelP99, r.FloorCASP99+r.FloorWatchP99)
 }
