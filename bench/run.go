@@ -163,23 +163,28 @@ func measureCommits(ctx context.Context, c config, r *result, s *system, hc *htt
 	return nil
 }
 
-// measureThroughput runs the echo load against the gateway at url, then
-// against a plain Go SDK server.
+// measureThroughput loads the gateway at url and a plain Go SDK server
+// with the same echo load, in alternating one-second slices.
 func measureThroughput(ctx context.Context, c config, r *result, url string, hc *http.Client, progress progressFunc) error {
-	progress("throughput: %d clients calling echo via the gateway for %v", c.clients, c.window)
-	rate, err := echoRate(ctx, url, hc, c.clients, c.window)
-	if err != nil {
-		return fmt.Errorf("gateway throughput: %w", err)
-	}
-	progress("throughput: %d clients calling echo on a plain go-sdk server for %v", c.clients, c.window)
 	plain, err := startPlain()
 	if err != nil {
 		return err
 	}
 	defer plain.close()
-	prate, err := echoRate(ctx, plain.url, hc, c.clients, c.window)
+	gw, err := newEchoLoad(ctx, url, hc, c.clients)
+	if err != nil {
+		return fmt.Errorf("gateway throughput: %w", err)
+	}
+	defer gw.close()
+	pl, err := newEchoLoad(ctx, plain.url, hc, c.clients)
 	if err != nil {
 		return fmt.Errorf("plain server throughput: %w", err)
+	}
+	defer pl.close()
+	progress("throughput: %d clients calling echo for %v via the gateway and %v on a plain go-sdk server, alternating every %v", c.clients, c.window, c.window, throughputSlice)
+	rate, prate, err := echoRates(ctx, gw, pl, c.window)
+	if err != nil {
+		return fmt.Errorf("throughput: %w", err)
 	}
 	r.Clients, r.WindowSeconds = c.clients, c.window.Seconds()
 	r.CallsPerSec, r.PlainCallsPerSec = round(rate, 0), round(prate, 0)

@@ -28,35 +28,53 @@ func benchHTTPClient(conns int) *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// echoRate runs clients Go SDK sessions against url, each calling echo in
-// a loop for window, and returns completed calls per second. A call that
-// fails or returns isError fails the run: a benchmark of errors is not
-// one.
-func echoRate(ctx context.Context, url string, hc *http.Client, clients int, window time.Duration) (float64, error) {
-	sessions := make([]*mcp.ClientSession, clients)
-	defer func() {
-		for _, cs := range sessions {
-			if cs != nil {
-				cs.Close()
-			}
-		}
-	}()
-	for i := range sessions {
+// echoLoad is clients Go SDK sessions on one server, ready to call echo.
+type echoLoad struct {
+	sessions []*mcp.ClientSession
+	calls    int64
+	elapsed  time.Duration
+}
+
+func newEchoLoad(ctx context.Context, url string, hc *http.Client, clients int) (*echoLoad, error) {
+	l := &echoLoad{}
+	for range clients {
 		cs, err := httpSession(ctx, url, protocol2025, hc)
 		if err != nil {
-			return 0, err
+			l.close()
+			return nil, err
 		}
-		sessions[i] = cs
+		l.sessions = append(l.sessions, cs)
 		if err := echo(ctx, cs); err != nil { // warm up the session and its connection
-			return 0, err
+			l.close()
+			return nil, err
 		}
 	}
+	return l, nil
+}
+
+func (l *echoLoad) close() {
+	for _, cs := range l.sessions {
+		cs.Close()
+	}
+}
+
+func (l *echoLoad) rate() float64 {
+	if l.elapsed == 0 {
+		return 0
+	}
+	return float64(l.calls) / l.elapsed.Seconds()
+}
+
+// run has every session call echo in a loop for d. A call that fails or
+// returns anything but the text fails the run: a benchmark of errors is
+// not one.
+func (l *echoLoad) run(ctx context.Context, d time.Duration) error {
 	var n atomic.Int64
 	var first atomic.Pointer[error]
 	var wg sync.WaitGroup
 	start := time.Now()
-	deadline := start.Add(window)
-	for _, cs := range sessions {
+	deadline := start.Add(d)
+	for _, cs := range l.sessions {
 		wg.Go(func() {
 			for time.Now().Before(deadline) && first.Load() == nil {
 				if err := echo(ctx, cs); err != nil {
@@ -68,11 +86,32 @@ func echoRate(ctx context.Context, url string, hc *http.Client, clients int, win
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	l.elapsed += time.Since(start)
+	l.calls += n.Load()
 	if e := first.Load(); e != nil {
-		return 0, *e
+		return *e
 	}
-	return float64(n.Load()) / elapsed.Seconds(), nil
+	return nil
+}
+
+// throughputSlice is how long one server is loaded before the other's
+// turn: alternating keeps a change in the machine's other load from
+// landing on one side of the comparison only.
+const throughputSlice = time.Second
+
+// echoRates loads a and b in alternating slices until each had window,
+// and returns each one's calls per second.
+func echoRates(ctx context.Context, a, b *echoLoad, window time.Duration) (float64, float64, error) {
+	for done := time.Duration(0); done < window; done += throughputSlice {
+		d := min(throughputSlice, window-done)
+		if err := a.run(ctx, d); err != nil {
+			return 0, 0, err
+		}
+		if err := b.run(ctx, d); err != nil {
+			return 0, 0, err
+		}
+	}
+	return a.rate(), b.rate(), nil
 }
 
 func echo(ctx context.Context, cs *mcp.ClientSession) error {
