@@ -142,7 +142,7 @@ type stopBatcher struct {
 }
 
 const (
-	maxStopBatch   = 128
+	maxStopBatch   = 64 // two operations each: etcd takes at most 128 per Txn
 	stopFlushDelay = 100 * time.Millisecond
 )
 

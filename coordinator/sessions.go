@@ -2,12 +2,13 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -125,13 +126,13 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	if reason == "" {
 		reason = "session closed"
 	}
-	n, err := s.cancelScope(ctx, SessionScopePrefix+rec.SessionID, rec.Principal, decision{
+	ids, err := s.cancelScope(ctx, SessionScopePrefix+rec.SessionID, rec.Principal, decision{
 		state: stateCancelled, initiator: "disconnect", reason: SanitizeReason(reason),
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.CloseSessionResponse{Cancelled: int32(n)}, nil
+	return &pb.CloseSessionResponse{Cancelled: int32(len(ids))}, nil
 }
 
 // CancelScope implements CoordinatorService.CancelScope.
@@ -143,52 +144,111 @@ func (s *Server) CancelScope(ctx context.Context, req *pb.CancelScopeRequest) (*
 	if d.initiator == "" {
 		return nil, toStatus(invalid("initiator is required"))
 	}
-	n, err := s.cancelScope(ctx, req.GetScope(), req.GetPrincipal(), d)
+	ids, err := s.cancelScope(ctx, req.GetScope(), req.GetPrincipal(), d)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.CancelScopeResponse{Cancelled: int32(n)}, nil
+	return &pb.CancelScopeResponse{Cancelled: int32(len(ids)), CallIds: ids}, nil
 }
 
-// scopeParallelism bounds concurrent cancel transactions of one scope.
-const scopeParallelism = 64
+// Cancelling a scope settles its calls many per transaction: a batch
+// guards every call's fence and writes every call's record, audit record
+// and stop order, 3 operations a call (etcd takes at most 128 a Txn). A
+// batch whose guard fails (one call settled meanwhile) is settled one
+// call at a time instead.
+const (
+	scopeBatch       = 40
+	scopeParallelism = 8 // batches in flight at once
+)
 
 // cancelScope cancels every running call of a scope: one range read of its
-// index, one read of the calls it names, and a transaction per running
-// call, many at once so etcd can commit them together.
-func (s *Server) cancelScope(ctx context.Context, scope, principal string, d decision) (int, error) {
+// index, one read of the calls it names, and a transaction per batch of
+// running calls, several at once. It returns the ids of the calls it
+// cancelled, and the first error.
+func (s *Server) cancelScope(ctx context.Context, scope, principal string, d decision) ([]string, error) {
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Get(octx, s.keys.indexOf(scope), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
-		return 0, etcdErr(octx, "read scope", err)
+		return nil, etcdErr(octx, "read scope", err)
 	}
 	running, err := s.runningOf(ctx, resp.Kvs, principal)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var nwon atomic.Int64
-	var firstErr error
-	var mu sync.Mutex
+	var (
+		mu       sync.Mutex
+		won      []string
+		firstErr error
+	)
 	sem := make(chan struct{}, scopeParallelism)
 	var wg sync.WaitGroup
-	for _, c := range running {
+	for batch := range chunks(running, scopeBatch) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			state, err := s.settle(ctx, c.rec, c.kv, d)
-			switch {
-			case err != nil:
-				mu.Lock()
+			ids, err := s.settleBatch(ctx, batch, d)
+			mu.Lock()
+			defer mu.Unlock()
+			won = append(won, ids...)
+			if err != nil && firstErr == nil {
 				firstErr = err
-				mu.Unlock()
-			case state == won:
-				nwon.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	return int(nwon.Load()), firstErr
+	return won, firstErr
+}
+
+// settleBatch settles running calls as d says, all in one transaction if
+// none has moved, else one at a time. It returns the ids of those it won.
+func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decision) ([]string, error) {
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, c := range calls {
+		next := *c.rec
+		next.State, next.Initiator, next.Reason, next.SettledAt = d.state, d.initiator, d.reason, now
+		next.AuditKey = s.keys.audit(now, c.rec.CallID, "")
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(c.kv.Key)), "=", c.kv.ModRevision))
+		ops = append(ops,
+			clientv3.OpPut(string(c.kv.Key), encode(&next), clientv3.WithLease(lease)),
+			clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, nil)), clientv3.WithLease(lease)),
+			clientv3.OpPut(s.keys.owner(c.rec.Worker, c.rec.CallID), encode(stopOrder{d.state, d.initiator, d.reason})),
+		)
+	}
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	cancel()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.retention.forget(lease)
+		}
+		return nil, etcdErr(octx, "settle scope", err)
+	}
+	var ids []string
+	if resp.Succeeded {
+		for _, c := range calls {
+			s.running.remove(c.rec.CallID)
+			ids = append(ids, c.rec.CallID)
+		}
+		s.metrics.decisions.WithLabelValues(d.state).Add(float64(len(calls)))
+		return ids, nil
+	}
+	for _, c := range calls {
+		state, err := s.settle(ctx, c.rec, c.kv, d)
+		if err != nil {
+			return ids, err
+		}
+		if state == won {
+			ids = append(ids, c.rec.CallID)
+		}
+	}
+	return ids, nil
 }
 
 type runningCall struct {

@@ -273,7 +273,10 @@ func (s *session) unregister(c *call) {
 const cancelAllParallelism = 64
 
 // cancelAll cancels every call of this session held here, and returns once
-// every cancel has been answered.
+// every cancel has been answered. With more than one call, the
+// coordinator cancels the whole scope at once (many calls per etcd
+// transaction); the calls it did not cancel (begun after it looked, not
+// begun yet, or settled otherwise) are cancelled one by one.
 func (s *session) cancelAll(who pb.Initiator, reason string) {
 	s.mu.Lock()
 	var cs []*call
@@ -281,6 +284,9 @@ func (s *session) cancelAll(who pb.Initiator, reason string) {
 		cs = append(cs, c)
 	}
 	s.mu.Unlock()
+	if len(cs) > 1 {
+		cs = s.cancelScope(cs, who, reason)
+	}
 	sem := make(chan struct{}, cancelAllParallelism)
 	var wg sync.WaitGroup
 	for _, c := range cs {
@@ -291,6 +297,36 @@ func (s *session) cancelAll(who pb.Initiator, reason string) {
 		})
 	}
 	wg.Wait()
+}
+
+// cancelScope asks the coordinator to cancel every running call of the
+// scope, closes the gates of those it cancelled, and returns the others.
+func (s *session) cancelScope(cs []*call, who pb.Initiator, reason string) []*call {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.g.base), cancelTimeout)
+	defer cancel()
+	resp, err := s.g.coord.CancelScope(ctx, &pb.CancelScopeRequest{
+		Scope: s.scope, Initiator: who, Reason: reason, Principal: s.principal,
+	})
+	if err != nil {
+		s.g.log.Warn("cancelling a scope failed; cancelling its calls one by one", "scope", s.scope, "err", err)
+		return cs
+	}
+	won := make(map[string]bool, len(resp.GetCallIds()))
+	for _, id := range resp.GetCallIds() {
+		won[id] = true
+	}
+	var rest []*call
+	for _, c := range cs {
+		c.mu.Lock()
+		begun := c.begun
+		c.mu.Unlock()
+		if begun != nil && won[begun.GetCallId()] {
+			c.cancelledBy(who)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	return rest
 }
 
 // ping sends the client a ping; the answer, if any, is matched by id.

@@ -2109,7 +2109,9 @@ func (x *CancelScopeRequest) GetPrincipal() string {
 type CancelScopeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many running calls this request cancelled.
-	Cancelled     int32 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Cancelled int32 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// The ids of the calls this request cancelled.
+	CallIds       []string `protobuf:"bytes,2,rep,name=call_ids,json=callIds,proto3" json:"call_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2149,6 +2151,13 @@ func (x *CancelScopeResponse) GetCancelled() int32 {
 		return x.Cancelled
 	}
 	return 0
+}
+
+func (x *CancelScopeResponse) GetCallIds() []string {
+	if x != nil {
+		return x.CallIds
+	}
+	return nil
 }
 
 // Session is a 2025-era Streamable HTTP session.
@@ -2635,9 +2644,10 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
-	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"3\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"N\n" +
 	"\x13CancelScopeResponse\x12\x1c\n" +
-	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\"\xc6\x01\n" +
+	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\x12\x19\n" +
+	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\xc6\x01\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
