@@ -170,11 +170,12 @@ func (s *Server) reusable(ctx context.Context, idx *mvccpb.KeyValue) (int64, err
 	return idx.ModRevision, nil
 }
 
-// getCall reads a call record (linearizably) and returns it with its kv.
-func (s *Server) getCall(ctx context.Context, id string) (*callRecord, *mvccpb.KeyValue, error) {
+// getCall reads a call record (linearizably, unless opts say otherwise)
+// and returns it with its kv.
+func (s *Server) getCall(ctx context.Context, id string, opts ...clientv3.OpOption) (*callRecord, *mvccpb.KeyValue, error) {
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(ctx, s.keys.call(id))
+	resp, err := s.cli.Get(ctx, s.keys.call(id), opts...)
 	if err != nil {
 		return nil, nil, etcdErr(ctx, "get call", err)
 	}
@@ -318,7 +319,7 @@ var settleResults = map[settled]pb.SettleResult{
 }
 
 // ownedCall finds the call a worker or gateway names by id and fence: in
-// the cache of calls this replica began, or else by a linearizable read.
+// the cache of calls this replica began, or else in etcd.
 func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *mvccpb.KeyValue, error) {
 	if !validCallID(ref.GetCallId()) {
 		return nil, nil, invalid("call id must be 32 hex digits")
@@ -329,7 +330,13 @@ func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *
 	if c, ok := s.running.call(ref.GetCallId(), ref.GetFence()); ok && ref.GetWorker() == c.rec.Worker {
 		return c.rec, c.kv(s.keys), nil // settle's guard checks it is current
 	}
-	rec, kv, err := s.getCall(ctx, ref.GetCallId())
+	// A serializable read is enough unless it finds nothing: a settled
+	// state is final, the fence and worker never change, and a running
+	// state is checked by settle's guard.
+	rec, kv, err := s.getCall(ctx, ref.GetCallId(), clientv3.WithSerializable())
+	if errors.Is(err, ErrUnknownCall) {
+		rec, kv, err = s.getCall(ctx, ref.GetCallId())
+	}
 	if err != nil {
 		return nil, nil, err
 	}
