@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,26 +9,12 @@ import (
 	"time"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 )
 
 func authedPost(t *testing.T, url, token, session, body string) (*http.Response, []byte) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, b
+	return testcluster.PostMCP(t, url, token, session, body)
 }
 
 const initBody = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`

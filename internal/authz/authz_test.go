@@ -3,9 +3,7 @@ package authz_test
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -94,18 +92,7 @@ func workerClient(t *testing.T, addr string, creds grpc.DialOption) pb.WorkerSer
 
 func mcpPost(t *testing.T, url, session, body string) (string, string) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := testcluster.PostMCP(t, url, "", session, body)
 	return resp.Header.Get("Mcp-Session-Id"), string(b)
 }
 

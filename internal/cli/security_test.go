@@ -1,13 +1,11 @@
 package cli_test
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,6 +24,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig/testpki"
 )
@@ -187,23 +186,7 @@ const initJSON = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"proto
 // or the body when there is no session id.
 func mcpPost(t *testing.T, url, token, session, body string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := testcluster.PostMCP(t, url, token, session, body)
 	if id := resp.Header.Get("Mcp-Session-Id"); id != "" && session == "" {
 		return resp.StatusCode, id
 	}
