@@ -1,9 +1,7 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,30 +15,6 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/gateway"
 )
-
-// startAuthedCall POSTs a tools/call with a bearer token; the channel
-// gets the SSE messages once the stream ends.
-func startAuthedCall(t *testing.T, url, token, session string, id any, tool string, args any) <-chan streamResult {
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": args}})
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+token)
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-	}
-	out := make(chan streamResult, 1)
-	go func() { // owned: the test reads out
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			out <- streamResult{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		out <- streamResult{msgs: readSSE(resp.Body)}
-	}()
-	return out
-}
 
 func workerInFlight(st *stack) func() int64 {
 	return func() int64 {
@@ -73,7 +47,7 @@ func TestCannotCancelAnotherClientsCall(t *testing.T) {
 		return resp.Header.Get("Mcp-Session-Id")
 	}
 	sa, sb, sb2 := session("tok-a"), session("tok-b"), session("tok-a")
-	done := startAuthedCall(t, url, "tok-a", sa, 1, "sleep", map[string]any{"seconds": 30, "steps": 300})
+	done := startCallAs(t, url, "tok-a", sa, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
 	waitFor(t, "A's call to run", func() bool { return workerInFlight(st)() == 1 })
 	before := st.revision(t)
 	attempts := []struct {

@@ -47,6 +47,11 @@ type streamResult struct {
 }
 
 func startCall(t *testing.T, url, session string, id any, tool string, args any, token any) <-chan streamResult {
+	return startCallAs(t, url, "", session, id, tool, args, token)
+}
+
+// startCallAs is startCall with a bearer token, if not empty.
+func startCallAs(t *testing.T, url, bearer, session string, id any, tool string, args any, token any) <-chan streamResult {
 	params := map[string]any{"name": tool, "arguments": args}
 	if token != nil {
 		params["_meta"] = map[string]any{"progressToken": token}
@@ -56,6 +61,9 @@ func startCall(t *testing.T, url, session string, id any, tool string, args any,
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Session-Id", session)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
 	out := make(chan streamResult, 1)
 	go func() { // owned: the test reads out
 		resp, err := http.DefaultClient.Do(req)
