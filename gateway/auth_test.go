@@ -41,8 +41,8 @@ func TestBearerTokens(t *testing.T) {
 			t.Fatalf("token %q: %d %q", token, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 		}
 	}
-	if after := st.revision(t); after != before {
-		t.Fatal("an unauthenticated request reached etcd")
+	if keys := st.callWrites(t, before, st.revision(t)); len(keys) > 0 {
+		t.Fatalf("an unauthenticated request reached etcd: %v", keys)
 	}
 	resp, _ := authedPost(t, url, "s3cret-a", "", initBody)
 	sid := resp.Header.Get("Mcp-Session-Id")

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -98,6 +99,36 @@ func (st *stack) revision(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return resp.Header.Revision
+}
+
+// callWrites returns the keys written in revisions (from, to], leaving
+// out worker registrations and the janitor's election, which a loaded
+// machine can renew at any time.
+func (st *stack) callWrites(t *testing.T, from, to int64) []string {
+	t.Helper()
+	if to <= from {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var keys []string
+	for resp := range st.cli.Watch(ctx, "/mcpcancel/v1/", clientv3.WithPrefix(), clientv3.WithRev(from+1)) {
+		if err := resp.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range resp.Events {
+			k := string(ev.Kv.Key)
+			if ev.Kv.ModRevision > to || strings.HasPrefix(k, "/mcpcancel/v1/workers/") || strings.HasPrefix(k, "/mcpcancel/v1/janitor/") {
+				continue
+			}
+			keys = append(keys, k)
+		}
+		if resp.Header.Revision >= to {
+			return keys
+		}
+	}
+	t.Fatal("watch ended before revision", to)
+	return nil
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
