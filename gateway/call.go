@@ -136,9 +136,50 @@ func (c *call) beginFailed(err error, tool string) {
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
 	case "NO_CAPACITY":
 		c.respond(c.result(toolError("every worker offering %s is busy; try again shortly", tool)))
-	default:
-		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "tool", tool, "err", err)
+	case "INVALID_ARGUMENT":
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
+	default:
+		// The coordinator or etcd went away, perhaps after committing
+		// the call: make sure it ends FAILED, as the client is told.
+		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "tool", tool, "err", err)
+		c.failLostBegin()
+		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
+	}
+}
+
+// failLostBegin fails the call if a Begin whose reply was lost created it,
+// so that nothing (a session's close, the janitor at the deadline) settles
+// it otherwise after the client was told it could not start. It tries a
+// few times while the coordinator comes back, then leaves the call to the
+// janitor, which fails it past its deadline.
+func (c *call) failLostBegin() {
+	g := c.s.g
+	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
+	for wait := 100 * time.Millisecond; wait <= time.Second; wait *= 2 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
+		if err == nil {
+			call := got.GetCall()
+			if call.GetState() != pb.CallState_CALL_STATE_RUNNING || call.GetGateway() != g.opts.Name {
+				cancel()
+				return // not created, or an earlier call's record under the same id
+			}
+			_, err = g.coord.Fail(ctx, &pb.FailRequest{
+				Call:      &pb.CallRef{CallId: call.GetCallId(), Fence: call.GetFence(), Worker: call.GetWorker()},
+				Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "the gateway lost Begin's reply and told the client the call could not start",
+			})
+		}
+		cancel()
+		if err == nil || coordinator.ErrorReason(err) == "UNKNOWN_CALL" {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-g.base.Done():
+			t.Stop()
+			return
+		}
 	}
 }
 

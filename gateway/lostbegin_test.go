@@ -1,0 +1,63 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+)
+
+// Regression (found by the robustness soak): Begin committed, its reply
+// was lost, and the client was told the call could not start; the call
+// stayed RUNNING until its session closed, which then recorded it
+// CANCELLED: a response on the wire for a cancelled call. The gateway
+// now fails such a call before it answers.
+func TestLostBeginReplyEndsFailed(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	var dropped atomic.Bool
+	conn, err := grpc.NewClient(st.coord.Addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoke(ctx, method, req, reply, cc, opts...)
+			if err == nil && strings.HasSuffix(method, "/Begin") && dropped.CompareAndSwap(false, true) {
+				return status.Error(codes.Unavailable, "error reading from server: EOF") // committed, reply lost
+			}
+			return err
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_, url := testcluster.StartGateway(t, pb.NewCoordinatorServiceClient(conn), gateway.Options{Name: "gw-lost"})
+
+	sid := openSession(t, url)
+	r := <-startCall(t, url, sid, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
+	if len(r.msgs) != 1 || r.msgs[0]["error"] == nil {
+		t.Fatalf("messages = %v, want the error that the call could not start", r.msgs)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	as := st.audits(t, "session:"+sid)["1"]
+	if len(as) != 1 || as[0].Outcome != "failed" {
+		t.Fatalf("audit = %+v, want one failed record: the client was told the call could not start", as)
+	}
+	waitFor(t, "the worker to stop the call", func() bool {
+		resp, err := st.c.ListWorkers(t.Context(), nil)
+		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 0
+	})
+}
