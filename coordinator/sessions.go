@@ -162,8 +162,8 @@ const (
 )
 
 // cancelScope cancels every running call of a scope: one range read of its
-// index, one read of the calls it names, and a transaction per batch of
-// running calls, several at once. It returns the ids of the calls it
+// index, a read of the calls it names that this replica did not begin,
+// and a transaction per batch of running calls, several at once. It returns the ids of the calls it
 // cancelled, and the first error.
 func (s *Server) cancelScope(ctx context.Context, scope, principal string, d decision) ([]string, error) {
 	octx, cancel := s.opCtx(ctx)
@@ -172,10 +172,24 @@ func (s *Server) cancelScope(ctx context.Context, scope, principal string, d dec
 	if err != nil {
 		return nil, etcdErr(octx, "read scope", err)
 	}
-	running, err := s.runningOf(ctx, resp.Kvs, principal)
+	// Calls this replica began need no read: the batch's guard checks
+	// the cached records are current.
+	var running []runningCall
+	var unknown []*mvccpb.KeyValue
+	for _, kv := range resp.Kvs {
+		c, ok := s.running.byKey(string(kv.Key))
+		switch {
+		case !ok:
+			unknown = append(unknown, kv)
+		case principal == "" || c.rec.Principal == principal:
+			running = append(running, runningCall{c.rec, c.kv(s.keys)})
+		}
+	}
+	read, err := s.runningOf(ctx, unknown, principal)
 	if err != nil {
 		return nil, err
 	}
+	running = append(running, read...)
 	var (
 		mu       sync.Mutex
 		won      []string
