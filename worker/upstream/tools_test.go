@@ -93,17 +93,21 @@ func TestListChangedRefreshes(t *testing.T) {
 }
 
 // TestMaxConcurrency: with MaxConcurrency 1, calls reach the server one at
-// a time.
+// a time. The first call holds the only slot until the test releases it;
+// no other may reach the server meanwhile.
 func TestMaxConcurrency(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "counting", Version: "1"}, nil)
 	var mu sync.Mutex
 	running, peak := 0, 0
+	entered := make(chan struct{}, 4)
+	release := make(chan struct{})
 	mcp.AddTool(srv, &mcp.Tool{Name: "work"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 		mu.Lock()
 		running++
 		peak = max(peak, running)
 		mu.Unlock()
-		time.Sleep(50 * time.Millisecond) // the tool's own work, not synchronisation
+		entered <- struct{}{}
+		<-release
 		mu.Lock()
 		running--
 		mu.Unlock()
@@ -122,6 +126,16 @@ func TestMaxConcurrency(t *testing.T) {
 			}
 		})
 	}
+	<-entered
+	// Without the cap the other three arrive within milliseconds.
+	select {
+	case <-entered:
+		close(release)
+		wg.Wait()
+		t.Fatal("a second call reached the server while the first held the only slot")
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(release)
 	wg.Wait()
 	if peak != 1 {
 		t.Fatalf("%d calls ran at once upstream; want 1", peak)
