@@ -18,19 +18,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// etcd's embedded server leaves these behind for a moment after
-		// Close; they belong to the library, not to us.
-		goleak.IgnoreTopFunction("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).purgeFile"),
-		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
+	goleak.VerifyTestMain(m, etcdtest.IgnoreLeaks(
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		// Peer HTTP connections between etcd members of a stopped cluster
-		// wind down on their own; this package uses no net/http itself.
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		// wind down on their own.
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
-	)
+	)...)
 }
 
 const prefix = "/mcpcancel/v1/"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
@@ -123,4 +124,16 @@ func (c *Cluster) Close() {
 	for _, m := range c.Members {
 		m.Close()
 	}
+}
+
+// IgnoreLeaks are the goleak options of a test package that runs an
+// embedded etcd and HTTP clients: goroutines that belong to etcd's
+// server for a moment after Close, and idle keep-alive connections.
+func IgnoreLeaks(more ...goleak.Option) []goleak.Option {
+	return append([]goleak.Option{
+		goleak.IgnoreTopFunction("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).purgeFile"),
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	}, more...)
 }
