@@ -133,15 +133,7 @@ func TestServerKilledMidCall(t *testing.T) {
 	cmd, _ := stdioEverything(t)
 	st := startStack(t, upstream.Options{Command: cmd}, longOp, "echo")
 	s := connect(t, st.url)
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := s.CallTool(t.Context(), callParams(longOp, `{"duration":60,"steps":60}`))
-		done <- outcome{res, err}
-	}()
+	done := callInBackground(t, s, callParams(longOp, `{"duration":60,"steps":60}`))
 	s.waitProgress(t) // the server is working on the call
 	pid := st.adapter.PID()
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
@@ -239,16 +231,8 @@ func TestIdempotentRetriedOnce(t *testing.T) {
 	}
 	st := startStack(t, upstream.Options{Command: cmd, Config: cfg}, longOp)
 	s := connect(t, st.url)
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		// One step: no progress before the result, 3 s from now.
-		res, err := s.CallTool(t.Context(), callParams(longOp, `{"duration":3,"steps":1}`))
-		done <- outcome{res, err}
-	}()
+	// One step: no progress before the result, 3 s from now.
+	done := callInBackground(t, s, callParams(longOp, `{"duration":3,"steps":1}`))
 	testcluster.WaitFor(t, "the call upstream", func() bool { return findCall(tp.messages(t), longOp, `"steps":1`) != nil })
 	pid := st.adapter.PID()
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
@@ -321,4 +305,20 @@ func TestToolTimeout(t *testing.T) {
 	if got := cancelled(tp.messages(t)); up == nil || got[0] != string(up.ID) {
 		t.Fatalf("notifications/cancelled for %v; want the upstream id of the call", got)
 	}
+}
+
+// outcome is how a tools/call ended, for the client.
+type outcome struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// callInBackground calls a tool; the channel gets the outcome.
+func callInBackground(t *testing.T, s *session, p *mcp.CallToolParams) <-chan outcome {
+	done := make(chan outcome, 1)
+	go func() { // owned: the test reads done
+		res, err := s.CallTool(t.Context(), p)
+		done <- outcome{res, err}
+	}()
+	return done
 }
