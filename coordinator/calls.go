@@ -446,13 +446,11 @@ func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValu
 	return 0, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
 }
 
-// settleTxn returns nil if the decision won, else the call as it is now.
-func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (*mvccpb.KeyValue, error) {
-	lease, err := s.retention.lease(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := s.now()
+// decide returns the guard and the writes that settle a running call as d
+// says: the call's record and its audit record, on the retention lease,
+// and its owner key, deleted if the handler has returned, else a stop
+// order for the worker.
+func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now time.Time, lease clientv3.LeaseID) (clientv3.Cmp, []clientv3.Op) {
 	next := *rec
 	next.State, next.Initiator, next.Reason, next.SettledAt = d.state, d.initiator, d.reason, now
 	next.AuditKey = s.keys.audit(now, rec.CallID, "")
@@ -461,15 +459,23 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	if d.stoppedAt == nil && !d.ownerGone {
 		ownerOp = clientv3.OpPut(owner, encode(stopOrder{d.state, d.initiator, d.reason}))
 	}
-	ctx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
-	).Then(
+	return clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), []clientv3.Op{
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
 		clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, d.stoppedAt)), clientv3.WithLease(lease)),
 		ownerOp,
-	).Else(
+	}
+}
+
+// settleTxn returns nil if the decision won, else the call as it is now.
+func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (*mvccpb.KeyValue, error) {
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	guard, ops := s.decide(rec, kv, d, s.now(), lease)
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(guard).Then(ops...).Else(
 		clientv3.OpGet(string(kv.Key)),
 	).Commit()
 	if err != nil {

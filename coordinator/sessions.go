@@ -225,15 +225,8 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, c := range calls {
-		next := *c.rec
-		next.State, next.Initiator, next.Reason, next.SettledAt = d.state, d.initiator, d.reason, now
-		next.AuditKey = s.keys.audit(now, c.rec.CallID, "")
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(c.kv.Key)), "=", c.kv.ModRevision))
-		ops = append(ops,
-			clientv3.OpPut(string(c.kv.Key), encode(&next), clientv3.WithLease(lease)),
-			clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, nil)), clientv3.WithLease(lease)),
-			clientv3.OpPut(s.keys.owner(c.rec.Worker, c.rec.CallID), encode(stopOrder{d.state, d.initiator, d.reason})),
-		)
+		guard, writes := s.decide(c.rec, c.kv, d, now, lease)
+		cmps, ops = append(cmps, guard), append(ops, writes...)
 	}
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
