@@ -49,6 +49,10 @@ func (r *runningCalls) add(rec *callRecord, index string, fence int64) {
 func (r *runningCalls) remove(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.removeLocked(id)
+}
+
+func (r *runningCalls) removeLocked(id string) {
 	if c, ok := r.byID[id]; ok {
 		delete(r.byID, id)
 		if r.byIndex[c.index] == c {
@@ -90,10 +94,7 @@ func (r *runningCalls) expire(now time.Time) {
 	defer r.mu.Unlock()
 	for id, c := range r.byID {
 		if now.After(c.rec.Deadline) {
-			delete(r.byID, id)
-			if r.byIndex[c.index] == c {
-				delete(r.byIndex, c.index)
-			}
+			r.removeLocked(id)
 		}
 	}
 }
