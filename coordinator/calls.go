@@ -41,13 +41,25 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 	}
 	idx := s.keys.index(req.GetKey())
 	var reuse int64 // the index revision to overwrite, when the id was used before
+	var lost string // for a retry, the worker the call was lost with
+	if req.GetRetryOf() != "" {
+		prior, rev, err := s.retryable(ctx, req, idx)
+		if err != nil {
+			return nil, err
+		}
+		// The retry never outlives the call the client made.
+		if prior.Deadline.Before(rec.Deadline) {
+			rec.Deadline = prior.Deadline
+		}
+		rec.RetryOf, reuse, lost = prior.CallID, rev, prior.Worker
+	}
 	for range 5 {
-		w, err := s.view.pick(rec.Tool)
+		w, err := s.view.pick(rec.Tool, lost)
 		if errors.Is(err, ErrUnknownTool) {
 			// A worker that just attached, perhaps to another replica, may
 			// not have reached this replica's watch yet: look once more.
 			if err = s.view.refreshWorkers(ctx); err == nil {
-				w, err = s.view.pick(rec.Tool)
+				w, err = s.view.pick(rec.Tool, lost)
 			}
 		}
 		if err != nil {
@@ -62,8 +74,11 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 			return &pb.BeginResponse{
 				CallId: rec.CallID, Fence: fence, Worker: w.name,
 				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
-				Timeout: durationpb.New(rec.Deadline.Sub(rec.RequestedAt)),
+				Timeout:    durationpb.New(rec.Deadline.Sub(rec.RequestedAt)),
+				Idempotent: w.tools[rec.Tool].Idempotent,
 			}, nil
+		case errors.As(err, new(*indexTaken)) && lost != "":
+			return nil, fmt.Errorf("%w: request id %s was used again meanwhile", ErrNotRetryable, rec.RequestID)
 		case errors.As(err, new(*indexTaken)):
 			if reuse, err = s.reusable(ctx, err.(*indexTaken).kv); err != nil {
 				return nil, err
@@ -75,6 +90,46 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		}
 	}
 	return nil, fmt.Errorf("%w: the call could not be placed after several tries", ErrNoCapacity)
+}
+
+// retryable checks that req may retry the call it names: the call its key
+// names now, failed because its worker was lost, not a retry itself, and
+// not past its deadline. It returns that call and the index revision the
+// retry replaces, so that a retry placed twice at once commits only once.
+func (s *Server) retryable(ctx context.Context, req *pb.BeginRequest, idx string) (*callRecord, int64, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(idx), clientv3.OpGet(s.keys.call(req.GetRetryOf()))).Commit()
+	if err != nil {
+		return nil, 0, etcdErr(ctx, "read the call to retry", err)
+	}
+	ikv, ckv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(ikv) == 0 || len(ckv) == 0 {
+		return nil, 0, fmt.Errorf("%w: no call %s under this key", ErrNotRetryable, req.GetRetryOf())
+	}
+	begun, err := decode[callRecord]("index", ikv[0].Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	prior, err := decode[callRecord]("call", ckv[0].Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case begun.CallID != prior.CallID:
+		return nil, 0, fmt.Errorf("%w: call %s is not this key's latest", ErrNotRetryable, prior.CallID)
+	case prior.Principal != req.GetPrincipal() || prior.Tool != req.GetTool():
+		return nil, 0, fmt.Errorf("%w: call %s was another principal's or tool's", ErrNotRetryable, prior.CallID)
+	case prior.State != stateFailed:
+		return nil, 0, fmt.Errorf("%w: call %s is %s; only a call failed with its worker lost is retried", ErrNotRetryable, prior.CallID, prior.State)
+	case prior.Initiator != InitiatorName(pb.Initiator_INITIATOR_WORKER_LOST):
+		return nil, 0, fmt.Errorf("%w: call %s failed by %s; only a call failed with its worker lost is retried", ErrNotRetryable, prior.CallID, prior.Initiator)
+	case prior.RetryOf != "":
+		return nil, 0, fmt.Errorf("%w: call %s is already a retry", ErrNotRetryable, prior.CallID)
+	case !prior.Deadline.After(s.now()):
+		return nil, 0, fmt.Errorf("%w: call %s is past its deadline", ErrNotRetryable, prior.CallID)
+	}
+	return prior, ikv[0].ModRevision, nil
 }
 
 func validateBegin(req *pb.BeginRequest) error {
@@ -89,6 +144,9 @@ func validateBegin(req *pb.BeginRequest) error {
 	}
 	if req.GetTimeout() != nil && req.GetTimeout().AsDuration() < 0 {
 		return invalid("timeout must not be negative")
+	}
+	if id := req.GetRetryOf(); id != "" && !validCallID(id) {
+		return invalid("retry_of is not a call id")
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ var (
 	ErrFenceMismatch   = errors.New("coordinator: fence does not match the call")
 	ErrNotOwner        = errors.New("coordinator: call belongs to another worker")
 	ErrWorkerNameInUse = errors.New("coordinator: worker name held by a live lease")
+	ErrNotRetryable    = errors.New("coordinator: the call may not be retried")
 	ErrEtcd            = errors.New("coordinator: etcd unavailable")
 )
 
@@ -40,6 +41,7 @@ var errorCodes = []struct {
 	{ErrFenceMismatch, codes.FailedPrecondition, "FENCE_MISMATCH"},
 	{ErrNotOwner, codes.FailedPrecondition, "NOT_OWNER"},
 	{ErrWorkerNameInUse, codes.AlreadyExists, "WORKER_NAME_IN_USE"},
+	{ErrNotRetryable, codes.FailedPrecondition, "NOT_RETRYABLE"},
 	{ErrEtcd, codes.Unavailable, "ETCD_UNAVAILABLE"},
 }
 

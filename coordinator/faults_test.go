@@ -56,6 +56,12 @@ type fakeWorker struct {
 
 func attachFake(t *testing.T, c pb.CoordinatorServiceClient, name, tool string) *fakeWorker {
 	t.Helper()
+	return attachFakeTools(t, c, name, &pb.Tool{Name: tool})
+}
+
+// attachFakeTools attaches a fake worker offering tools.
+func attachFakeTools(t *testing.T, c pb.CoordinatorServiceClient, name string, tools ...*pb.Tool) *fakeWorker {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	s, err := c.Attach(ctx)
@@ -63,7 +69,7 @@ func attachFake(t *testing.T, c pb.CoordinatorServiceClient, name, tool string) 
 		t.Fatal(err)
 	}
 	if err := s.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: &pb.WorkerHello{
-		Name: name, Address: "127.0.0.1:9", Tools: []*pb.Tool{{Name: tool}},
+		Name: name, Address: "127.0.0.1:9", Tools: tools,
 	}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +77,9 @@ func attachFake(t *testing.T, c pb.CoordinatorServiceClient, name, tool string) 
 	if err != nil || m.GetAttached() == nil {
 		t.Fatalf("attach: %v %v", m, err)
 	}
-	waitTools(t, c, tool)
+	for _, tool := range tools {
+		waitTools(t, c, tool.GetName())
+	}
 	return &fakeWorker{stream: s, kill: cancel}
 }
 

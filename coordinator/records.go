@@ -38,6 +38,7 @@ type callRecord struct {
 	SettledAt   time.Time       `json:"settled_at,omitzero"`
 	AuditKey    string          `json:"audit_key,omitempty"`
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
+	RetryOf     string          `json:"retry_of,omitempty"`
 }
 
 // AuditRecord is one audited decision in its export form: JSON with
@@ -57,6 +58,7 @@ type AuditRecord struct {
 	RequestedAt time.Time       `json:"requested_at"`
 	SettledAt   time.Time       `json:"settled_at"`
 	StoppedAt   *time.Time      `json:"stopped_at"`
+	RetryOf     string          `json:"retry_of,omitempty"`
 }
 
 // stopOrder is the value of an owners/ key once the call was settled without
@@ -72,7 +74,7 @@ func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time
 		CallID: r.CallID, Scope: r.Scope, Principal: r.Principal, RequestID: r.RequestID,
 		Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
-		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped,
+		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
 	}
 }
 
@@ -120,6 +122,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		RequestedAt: ts(r.RequestedAt),
 		Deadline:    ts(r.Deadline),
 		SettledAt:   ts(r.SettledAt),
+		RetryOf:     r.RetryOf,
 	}
 }
 
@@ -130,6 +133,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: requestIDFromJSON(a.RequestID), Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: initiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: ts(a.RequestedAt), SettledAt: ts(a.SettledAt),
+		RetryOf: a.RetryOf,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
@@ -144,6 +148,7 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: requestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
+		RetryOf: p.GetRetryOf(),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

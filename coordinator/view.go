@@ -31,6 +31,7 @@ type toolDef struct {
 	InputSchema  []byte `json:"input_schema,omitempty"`
 	OutputSchema []byte `json:"output_schema,omitempty"`
 	Annotations  []byte `json:"annotations,omitempty"`
+	Idempotent   bool   `json:"idempotent,omitempty"`
 }
 
 func toolDefs(tools []*pb.Tool) []*toolDef {
@@ -39,7 +40,7 @@ func toolDefs(tools []*pb.Tool) []*toolDef {
 		out = append(out, &toolDef{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(),
 			InputSchema: t.GetInputSchemaJson(), OutputSchema: t.GetOutputSchemaJson(),
-			Annotations: t.GetAnnotationsJson(),
+			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(),
 		})
 	}
 	return out
@@ -49,6 +50,7 @@ func (t *toolDef) proto() *pb.Tool {
 	return &pb.Tool{
 		Name: t.Name, Title: t.Title, Description: t.Description,
 		InputSchemaJson: t.InputSchema, OutputSchemaJson: t.OutputSchema, AnnotationsJson: t.Annotations,
+		Idempotent: t.Idempotent,
 	}
 }
 
@@ -57,7 +59,7 @@ type workerEntry struct {
 	createRev int64
 	modRev    int64
 	info      *workerInfo
-	tools     map[string]bool
+	tools     map[string]*toolDef
 }
 
 // view is this replica's picture of live workers and of the calls whose
@@ -125,9 +127,9 @@ func (v *view) putWorkerLocked(kv *mvccpb.KeyValue) {
 		v.s.log.Error("skipping worker", "key", string(kv.Key), "err", err)
 		return
 	}
-	e := &workerEntry{name: info.Name, createRev: kv.CreateRevision, modRev: kv.ModRevision, info: info, tools: map[string]bool{}}
+	e := &workerEntry{name: info.Name, createRev: kv.CreateRevision, modRev: kv.ModRevision, info: info, tools: map[string]*toolDef{}}
 	for _, t := range info.Tools {
-		e.tools[t.Name] = true
+		e.tools[t.Name] = t
 	}
 	v.workers[info.Name] = e
 }
@@ -187,14 +189,17 @@ func (v *view) forgetWorker(name string, createRev int64) {
 }
 
 // pick chooses the live, undrained worker offering tool with the fewest
-// running handlers, breaking ties at random.
-func (v *view) pick(tool string) (*workerEntry, error) {
+// running handlers, breaking ties at random. For a retry, lost is the
+// worker the call was lost with: it is passed over, and only workers that
+// vouch for the tool's idempotence qualify.
+func (v *view) pick(tool, lost string) (*workerEntry, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var best []*workerEntry
 	bestLoad, offered := -1, false
 	for _, e := range v.workers {
-		if !e.tools[tool] {
+		t := e.tools[tool]
+		if t == nil || lost != "" && (e.name == lost || !t.Idempotent) {
 			continue
 		}
 		offered = true
@@ -209,10 +214,13 @@ func (v *view) pick(tool string) (*workerEntry, error) {
 			best = append(best, e)
 		}
 	}
-	if len(best) == 0 {
-		if offered {
-			return nil, fmt.Errorf("%w: %q", ErrNoCapacity, tool)
-		}
+	switch {
+	case len(best) > 0:
+	case offered:
+		return nil, fmt.Errorf("%w: %q", ErrNoCapacity, tool)
+	case lost != "":
+		return nil, fmt.Errorf("%w: no worker other than %s vouches that %q is idempotent", ErrNotRetryable, lost, tool)
+	default:
 		return nil, fmt.Errorf("%w: %q", ErrUnknownTool, tool)
 	}
 	return best[rand.IntN(len(best))], nil

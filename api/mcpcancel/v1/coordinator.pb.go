@@ -155,7 +155,13 @@ type BeginRequest struct {
 	// The gateway replica that holds the client.
 	Gateway string `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
 	// How long the call may run; the coordinator's maximum applies.
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Retries this call: the same key's call that failed when its worker
+	// was lost. The coordinator places the retry only if that call failed
+	// with initiator WORKER_LOST, is not itself a retry, and its tool is
+	// idempotent; never on the lost call's worker. Otherwise Begin fails
+	// with reason NOT_RETRYABLE.
+	RetryOf       string `protobuf:"bytes,6,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +231,13 @@ func (x *BeginRequest) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *BeginRequest) GetRetryOf() string {
+	if x != nil {
+		return x.RetryOf
+	}
+	return ""
+}
+
 type BeginResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
@@ -235,7 +248,11 @@ type BeginResponse struct {
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// How long the call may run: the request's timeout, or the
 	// coordinator's default, capped by its maximum.
-	Timeout       *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The worker vouches that its tool is idempotent (Tool.idempotent): if
+	// the worker is lost before anything of the call reached the client, the
+	// gateway may Begin it once more with retry_of.
+	Idempotent    bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -310,6 +327,13 @@ func (x *BeginResponse) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *BeginResponse) GetIdempotent() bool {
+	if x != nil {
+		return x.Idempotent
+	}
+	return false
 }
 
 type CancelRequest struct {
@@ -2523,20 +2547,24 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xb8\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xea\x01\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
+	"\bretry_of\x18\x06 \x01(\tR\aretryOf\"\x8a\x02\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12%\n" +
 	"\x0eworker_address\x18\x04 \x01(\tR\rworkerAddress\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x123\n" +
-	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x99\x02\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1e\n" +
+	"\n" +
+	"idempotent\x18\a \x01(\bR\n" +
+	"idempotent\"\x99\x02\n" +
 	"\rCancelRequest\x12)\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03key\x12+\n" +
 	"\x04call\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallRefH\x00R\x04call\x125\n" +

@@ -296,8 +296,14 @@ type Tool struct {
 	// MCP tool annotations, as a JSON object; may be empty.
 	AnnotationsJson []byte `protobuf:"bytes,5,opt,name=annotations_json,json=annotationsJson,proto3" json:"annotations_json,omitempty"`
 	Title           string `protobuf:"bytes,6,opt,name=title,proto3" json:"title,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The worker's operator vouches that running the tool again with the
+	// same arguments has no further effect. A call whose worker is lost
+	// before anything of it reached the client may then be placed once more,
+	// on another worker. Unlike annotations, which come from the tool's
+	// author and are hints, this is the operator's word.
+	Idempotent    bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
@@ -372,6 +378,13 @@ func (x *Tool) GetTitle() string {
 	return ""
 }
 
+func (x *Tool) GetIdempotent() bool {
+	if x != nil {
+		return x.Idempotent
+	}
+	return false
+}
+
 // Call is a call record as the coordinator stores it.
 type Call struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -383,12 +396,14 @@ type Call struct {
 	Gateway   string                 `protobuf:"bytes,6,opt,name=gateway,proto3" json:"gateway,omitempty"`
 	State     CallState              `protobuf:"varint,7,opt,name=state,proto3,enum=mcpcancel.v1.CallState" json:"state,omitempty"`
 	// The fence: the etcd revision that created the call.
-	Fence         int64                  `protobuf:"varint,8,opt,name=fence,proto3" json:"fence,omitempty"`
-	Initiator     Initiator              `protobuf:"varint,9,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
-	Reason        string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
-	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	SettledAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=settled_at,json=settledAt,proto3" json:"settled_at,omitempty"`
+	Fence       int64                  `protobuf:"varint,8,opt,name=fence,proto3" json:"fence,omitempty"`
+	Initiator   Initiator              `protobuf:"varint,9,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	Reason      string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	Deadline    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	SettledAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=settled_at,json=settledAt,proto3" json:"settled_at,omitempty"`
+	// The call this one retries: it failed when its worker was lost.
+	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -514,6 +529,13 @@ func (x *Call) GetSettledAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Call) GetRetryOf() string {
+	if x != nil {
+		return x.RetryOf
+	}
+	return ""
+}
+
 // AuditRecord is one audited decision. Its JSON form (snake_case field
 // names, request_id as the client sent it) is the export format.
 type AuditRecord struct {
@@ -532,7 +554,9 @@ type AuditRecord struct {
 	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
 	SettledAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=settled_at,json=settledAt,proto3" json:"settled_at,omitempty"`
 	// When the tool's handler really returned; unset until the worker says.
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The call this one retries, if it is a retry.
+	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -658,6 +682,13 @@ func (x *AuditRecord) GetStoppedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AuditRecord) GetRetryOf() string {
+	if x != nil {
+		return x.RetryOf
+	}
+	return ""
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -670,14 +701,17 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xd7\x01\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xf7\x01\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
 	"\x11input_schema_json\x18\x03 \x01(\fR\x0finputSchemaJson\x12,\n" +
 	"\x12output_schema_json\x18\x04 \x01(\fR\x10outputSchemaJson\x12)\n" +
 	"\x10annotations_json\x18\x05 \x01(\fR\x0fannotationsJson\x12\x14\n" +
-	"\x05title\x18\x06 \x01(\tR\x05title\"\xf2\x03\n" +
+	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
+	"\n" +
+	"idempotent\x18\a \x01(\bR\n" +
+	"idempotent\"\x8d\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -693,7 +727,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\frequested_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x126\n" +
 	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
 	"\n" +
-	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\"\xf6\x03\n" +
+	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\"\x91\x04\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -711,7 +746,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"settled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x129\n" +
 	"\n" +
-	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt*\x8a\x01\n" +
+	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +

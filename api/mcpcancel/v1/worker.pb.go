@@ -462,8 +462,12 @@ func (x *Cancelled) GetInitiator() Initiator {
 }
 
 type Failed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who failed the call: TOOL when the handler returned an error,
+	// WORKER_LOST when the worker lost what runs the tool (its lease, or an
+	// upstream server that went away).
+	Initiator     Initiator `protobuf:"varint,2,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -505,6 +509,13 @@ func (x *Failed) GetReason() string {
 	return ""
 }
 
+func (x *Failed) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
 var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
@@ -538,9 +549,10 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"resultJson\"Z\n" +
 	"\tCancelled\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
-	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\" \n" +
+	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"W\n" +
 	"\x06Failed\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason2Y\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
+	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator2Y\n" +
 	"\rWorkerService\x12H\n" +
 	"\aExecute\x12\x1c.mcpcancel.v1.ExecuteRequest\x1a\x1d.mcpcancel.v1.ExecuteResponse0\x01B\xad\x01\n" +
 	"\x10com.mcpcancel.v1B\vWorkerProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
@@ -577,13 +589,14 @@ var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
 	6, // 4: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
 	2, // 5: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
 	8, // 6: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	0, // 7: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	1, // 8: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	8, // 7: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	0, // 8: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	1, // 9: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
