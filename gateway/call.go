@@ -46,6 +46,8 @@ type call struct {
 	timeout  time.Duration // as granted by the coordinator, for the timeout's message
 	pending  *cancelOrder  // a cancel asked for before Begin returned
 	stopExec context.CancelFunc
+	relayed  bool // a progress or log notification of the call reached the client
+	retried  bool // the call was placed once more after its worker was lost
 }
 
 type cancelOrder struct {
@@ -122,7 +124,70 @@ func (c *call) run(p callParams) {
 		c.requestCancel(pb.Initiator_INITIATOR_TIMEOUT, fmt.Sprintf("timed out after %v", timeout))
 	})
 	defer timer.Stop()
-	c.execute(p, begun)
+	for {
+		lost := c.execute(p, begun)
+		if lost == "" {
+			return
+		}
+		next := c.retry(p, begun)
+		if next == nil {
+			c.respond(c.result(toolError("%s", lost)))
+			return
+		}
+		if c.settled() {
+			return // cancelled while it was placed again
+		}
+		begun = next
+	}
+}
+
+// retry places a call that failed because its worker was lost once more,
+// on another worker, if the worker vouched that the tool is idempotent,
+// nothing of the call reached the client, and nobody asked to cancel it.
+// The coordinator checks the rest: the call failed with its worker lost,
+// is not a retry itself, and is not past its deadline. retry returns the
+// new call, or nil.
+func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
+	g := c.s.g
+	c.mu.Lock()
+	ok := lost.GetIdempotent() && !c.retried && !c.relayed && c.state == running && c.pending == nil
+	if ok {
+		// Until the retry exists, a cancel waits in pending.
+		c.retried, c.begun, c.stopExec, c.outcome = true, nil, nil, ""
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	deadline := lost.GetDeadline().AsTime()
+	ctx, cancel := context.WithDeadline(g.base, deadline)
+	defer cancel()
+	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
+		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(time.Until(deadline)),
+		RetryOf: lost.GetCallId(),
+	})
+	if err != nil {
+		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "tool", p.Name, "call", lost.GetCallId(), "err", err)
+		switch coordinator.ErrorReason(err) {
+		case "NOT_RETRYABLE", "NO_CAPACITY", "UNKNOWN_TOOL", "INVALID_ARGUMENT":
+		default:
+			c.failLostBegin() // the retry may exist though its reply was lost
+		}
+		c.setOutcome(outcomeFailed)
+		return nil
+	}
+	g.log.Info("placed a call lost with its worker on another worker", "scope", c.s.scope, "tool", p.Name,
+		"lost", lost.GetCallId(), "lost_worker", lost.GetWorker(), "call", begun.GetCallId(), "worker", begun.GetWorker())
+	g.metrics.retry(p.Name)
+	c.mu.Lock()
+	c.begun = begun
+	pending := c.pending
+	c.mu.Unlock()
+	if pending != nil {
+		c.sendCancel(pending)
+	}
+	return begun
 }
 
 // beginFailed answers a call the coordinator would not place, unless it
@@ -184,12 +249,13 @@ func (c *call) failLostBegin() {
 }
 
 // execute streams the call from its worker and relays what comes back.
-func (c *call) execute(p callParams, begun *pb.BeginResponse) {
+// When the call failed because its worker was lost, it answers nothing
+// and returns the error the client should get, unless the call is retried.
+func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	g := c.s.g
 	wc, err := g.workerClient(begun.GetWorkerAddress())
 	if err != nil {
-		c.lost(begun, err)
-		return
+		return c.lost(begun, err)
 	}
 	ctx, stop := context.WithCancel(g.base)
 	defer stop()
@@ -201,20 +267,18 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) {
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 	})
 	if err != nil {
-		c.lost(begun, err)
-		return
+		return c.lost(begun, err)
 	}
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
 			if c.settled() || g.base.Err() != nil {
-				return // we closed the stream after a cancel won, or are shutting down
+				return "" // we closed the stream after a cancel won, or are shutting down
 			}
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the worker ended the call without an outcome")
 			}
-			c.lost(begun, err)
-			return
+			return c.lost(begun, err)
 		}
 		switch e := ev.GetEvent().(type) {
 		case *pb.ExecuteResponse_Progress:
@@ -225,21 +289,34 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) {
 			raw := json.RawMessage(e.Result.GetResultJson())
 			c.setOutcome(resultOutcome(raw))
 			c.respond(c.result(raw))
-			return
+			return ""
 		case *pb.ExecuteResponse_Failed:
 			c.setOutcome(outcomeFailed)
-			c.respond(c.result(toolError("the tool failed: %s", e.Failed.GetReason())))
-			return
+			msg := "the tool failed"
+			if r := e.Failed.GetReason(); r != "" {
+				msg += ": " + r
+			}
+			if e.Failed.GetInitiator() == pb.Initiator_INITIATOR_WORKER_LOST {
+				return msg
+			}
+			c.respond(c.result(toolError("%s", msg)))
+			return ""
 		case *pb.ExecuteResponse_Cancelled:
 			c.cancelledBy(e.Cancelled.GetInitiator())
-			return
+			return ""
 		}
 	}
 }
 
+// workerLost is what the client is told of a call that failed because the
+// gateway lost its worker.
+const workerLost = "the worker running this call was lost"
+
 // lost settles a call whose worker the gateway cannot reach: Fail decides
-// it against a late Complete, and the client learns what won.
-func (c *call) lost(begun *pb.BeginResponse, cause error) {
+// it against a late Complete, and the client learns what won. When the
+// call ends FAILED it answers nothing and returns the client's error, so
+// that the call may be retried instead.
+func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
@@ -250,15 +327,17 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) {
 	})
 	switch {
 	case err != nil:
+		// Its outcome is unknown, so it must not run again.
 		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)
-		c.respond(c.result(toolError("the worker running this call was lost")))
+		c.respond(c.result(toolError(workerLost)))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
 		c.cancelledBy(pb.Initiator_INITIATOR_UNSPECIFIED)
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
 		c.respond(c.result(toolError("the tool completed but its result was lost on the way back")))
 	default:
-		c.respond(c.result(toolError("the worker running this call was lost")))
+		return workerLost
 	}
+	return ""
 }
 
 // requestCancel asks for the call to be cancelled. Before Begin has
@@ -387,6 +466,7 @@ func (c *call) progress(p *pb.Progress) {
 	defer c.mu.Unlock()
 	if c.state == running {
 		c.reply.send(msg)
+		c.relayed = true
 	}
 }
 
@@ -405,6 +485,7 @@ func (c *call) log(l *pb.LogMessage) {
 	defer c.mu.Unlock()
 	if c.state == running {
 		c.reply.send(msg)
+		c.relayed = true
 	}
 }
 

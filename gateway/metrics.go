@@ -32,6 +32,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	calls    *prometheus.CounterVec
 	cancels  *prometheus.CounterVec
+	retries  *prometheus.CounterVec
 	inflight prometheus.GaugeFunc
 	sessions prometheus.GaugeFunc
 }
@@ -47,6 +48,10 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "mcpcancel_gateway_cancellations_total",
 			Help: "Cancellations received, by result (won, lost_to_completion, unknown, ignored_wrong_direction, ignored_invalid, ignored_rate_limited).",
 		}, []string{"result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpcancel_gateway_retries_total",
+			Help: "Calls of idempotent tools placed once more, on another worker, after their worker was lost, by tool.",
+		}, []string{"tool"}),
 		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpcancel_gateway_calls_in_flight",
 			Help: "tools/call requests in flight on this gateway.",
@@ -63,7 +68,7 @@ func newMetrics(g *Gateway) *metrics {
 	for _, r := range []string{cancelWon, cancelLost, cancelUnknown, cancelWrongDirection, cancelInvalid, cancelRateLimited} {
 		m.cancels.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.calls, m.cancels, m.inflight, m.sessions,
+	m.reg.MustRegister(m.calls, m.cancels, m.retries, m.inflight, m.sessions,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -71,6 +76,8 @@ func newMetrics(g *Gateway) *metrics {
 func (m *metrics) call(tool, outcome string) { m.calls.WithLabelValues(tool, outcome).Inc() }
 
 func (m *metrics) cancel(result string) { m.cancels.WithLabelValues(result).Inc() }
+
+func (m *metrics) retry(tool string) { m.retries.WithLabelValues(tool).Inc() }
 
 // Registry is the gateway's metrics registry, served at /metrics.
 func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }

@@ -307,6 +307,9 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 }
 
 func (e *execution) fail(herr error, stoppedAt time.Time) error {
+	if errors.Is(herr, ErrUnavailable) {
+		return e.failAs(pb.Initiator_INITIATOR_WORKER_LOST, herr, stoppedAt)
+	}
 	return e.failAs(pb.Initiator_INITIATOR_TOOL, herr, stoppedAt)
 }
 
@@ -347,7 +350,8 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 	switch r.GetResult() {
 	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
 	case pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED:
-		state = pb.CallState_CALL_STATE_FAILED
+		// Failed by someone else, for a reason we do not know.
+		state, who, reason = pb.CallState_CALL_STATE_FAILED, pb.Initiator_INITIATOR_UNSPECIFIED, ""
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 	default:
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
@@ -369,7 +373,7 @@ func settledState(r pb.SettleResult) pb.CallState {
 // sendEnd ends the stream without a result.
 func (e *execution) sendEnd(state pb.CallState, who pb.Initiator, reason string) error {
 	if state == pb.CallState_CALL_STATE_FAILED {
-		return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Failed{Failed: &pb.Failed{Reason: reason}}})
+		return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Failed{Failed: &pb.Failed{Reason: reason, Initiator: who}}})
 	}
 	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Cancelled{Cancelled: &pb.Cancelled{Reason: reason, Initiator: who}}})
 }

@@ -67,7 +67,26 @@ type Tool struct {
 	// OutputSchema and Annotations are optional JSON.
 	OutputSchema json.RawMessage
 	Annotations  json.RawMessage
+	// Idempotent is the operator's word that running the tool again with
+	// the same arguments has no further effect. A call lost with its worker
+	// before anything of it reached the client may then be retried once,
+	// on another worker.
+	Idempotent bool
 }
+
+// ErrUnavailable, in a handler's error chain, says the worker lost what
+// runs the tool (such as an upstream server that went away) rather than
+// that the tool failed. The call fails with initiator WORKER_LOST, and a
+// gateway may retry an idempotent tool's call on another worker. See
+// Unavailable.
+var ErrUnavailable = errors.New("worker: the tool's server is unavailable")
+
+// Unavailable returns err marked with ErrUnavailable; its text is err's.
+func Unavailable(err error) error { return unavailable{err} }
+
+type unavailable struct{ error }
+
+func (u unavailable) Unwrap() []error { return []error{u.error, ErrUnavailable} }
 
 // Handler runs one call. Its ctx is done when the call is cancelled, when
 // its deadline passes, or when its caller is gone; a handler should return
@@ -192,7 +211,7 @@ func (w *Worker) toolListLocked() []*pb.Tool {
 		out = append(out, &pb.Tool{
 			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
 			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
-			AnnotationsJson: r.tool.Annotations,
+			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent,
 		})
 	}
 	return out
