@@ -35,32 +35,23 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	defer release()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
-	var used *mcp.ClientSession
-	for attempt := 1; ; attempt++ {
+	s, err := a.session(ctx)
+	if err == nil {
 		var res *worker.Result
-		res, used, err = a.forward(ctx, c, r, used)
-		switch {
-		case err == nil:
+		if res, err = a.callTool(ctx, s, c, r); err == nil {
 			return res, nil
-		case ctx.Err() != nil:
-			return nil, callErr(ctx, c, tc, ctx.Err())
-		case attempt == 1 && tc.Idempotent && errors.Is(err, ErrServerGone) && !r.relayedAny():
-			a.log.Info("retrying an idempotent call once after the server went away", "call", c.ID, "tool", c.Tool)
-		default:
-			return nil, err
 		}
 	}
-}
-
-// forward sends the call on the current session, waiting for one other
-// than failed (the session a first attempt failed on).
-func (a *Adapter) forward(ctx context.Context, c *worker.Call, r *relay, failed *mcp.ClientSession) (*worker.Result, *mcp.ClientSession, error) {
-	s, err := a.session(ctx, failed)
-	if err != nil {
-		return nil, nil, err
+	switch {
+	case ctx.Err() != nil:
+		return nil, callErr(ctx, c, tc, ctx.Err())
+	case errors.Is(err, ErrServerGone) || errors.Is(err, ErrUnavailable):
+		// The worker lost its server, not the tool its call: an idempotent
+		// tool's call may be retried on another worker.
+		return nil, worker.Unavailable(err)
+	default:
+		return nil, err
 	}
-	res, err := a.callTool(ctx, s, c, r)
-	return res, s, err
 }
 
 func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.Call, r *relay) (*worker.Result, error) {
@@ -122,9 +113,8 @@ type relay struct {
 	call  *worker.Call
 	stop  func() bool
 
-	mu      sync.Mutex // held across a send, so none follows close
-	closed  bool
-	relayed bool
+	mu     sync.Mutex // held across a send, so none follows close
+	closed bool
 }
 
 // add routes a fresh token to c, if c wants progress. The route closes as
@@ -174,7 +164,6 @@ func (r *relay) send(progress, total float64, msg string) {
 	if r.closed || r.ctx.Err() != nil {
 		return
 	}
-	r.relayed = true
 	r.call.Progress(progress, total, msg)
 }
 
@@ -182,10 +171,4 @@ func (r *relay) close() {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-}
-
-func (r *relay) relayedAny() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.relayed
 }

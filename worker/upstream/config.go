@@ -36,9 +36,11 @@ type ToolConfig struct {
 	// Timeout bounds a call to the tool: past it the call is cancelled
 	// upstream and fails. 0 means none beyond the call's own deadline.
 	Timeout Duration `json:"timeout,omitzero"`
-	// Idempotent says the tool may safely run twice: a call whose server
-	// went away before any progress was relayed is retried once, on the
-	// restarted server.
+	// Idempotent is the operator's word that the tool may safely run
+	// twice: a call whose worker (or its server) is lost before any of its
+	// progress reached the client is retried once, on another worker. The
+	// server's own idempotentHint annotation is a hint and is not trusted
+	// for this.
 	Idempotent bool `json:"idempotent,omitempty"`
 }
 

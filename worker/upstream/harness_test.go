@@ -27,14 +27,21 @@ import (
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if args := os.Getenv(mcpcancelArgsEnv); args != "" {
+		os.Exit(runMcpcancel(args)) // a worker process of a test
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // stack is a real etcd, coordinator, worker with an adapter, and gateway.
 type stack struct {
-	etcd    *clientv3.Client
-	coord   pb.CoordinatorServiceClient
-	adapter *upstream.Adapter
-	url     string // the gateway's MCP endpoint
+	etcd      *clientv3.Client
+	coord     pb.CoordinatorServiceClient
+	coordAddr string
+	adapter   *upstream.Adapter
+	gw        *gateway.Gateway
+	url       string // the gateway's MCP endpoint
 	// stopAdapter stops the adapter (as at shutdown); idempotent.
 	stopAdapter func()
 }
@@ -44,39 +51,8 @@ type stack struct {
 // every tool in want.
 func startStack(t *testing.T, opts upstream.Options, want ...string) *stack {
 	t.Helper()
-	e := etcdtest.Single(t)
-	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
-	st := &stack{etcd: e.Client(), coord: c.Client(t)}
-	if opts.Logger == nil {
-		opts.Logger = testLogger(t)
-	}
-	if opts.MinBackoff == 0 {
-		opts.MinBackoff = 20 * time.Millisecond
-	}
-	if opts.TerminateWait == 0 {
-		opts.TerminateWait = 200 * time.Millisecond
-	}
-	testcluster.StartWorker(t, worker.Options{Coordinator: c.Addr, Name: "adapter"}, func(w *worker.Worker) {
-		st.adapter = upstream.New(w, opts)
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- st.adapter.Run(ctx) }()
-	st.stopAdapter = sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("adapter Run: %v", err)
-		}
-	})
-	t.Cleanup(st.stopAdapter)
-	select {
-	case <-st.adapter.Ready():
-	case err := <-done:
-		t.Fatalf("adapter stopped before its tools were registered: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the adapter did not register its tools")
-	}
-	_, st.url = testcluster.StartGateway(t, st.coord, gateway.Options{})
+	st := startBare(t)
+	st.adapter, st.stopAdapter = st.startAdapter(t, "adapter", opts)
 	st.waitTools(t, func(tools map[string]*pb.Tool) bool {
 		for _, w := range want {
 			if tools[w] == nil {
@@ -86,6 +62,53 @@ func startStack(t *testing.T, opts upstream.Options, want ...string) *stack {
 		return true
 	})
 	return st
+}
+
+// startBare runs etcd, a coordinator and a gateway, with no worker.
+func startBare(t *testing.T) *stack {
+	t.Helper()
+	e := etcdtest.Single(t)
+	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
+	st := &stack{etcd: e.Client(), coord: c.Client(t), coordAddr: c.Addr}
+	st.gw, st.url = testcluster.StartGateway(t, st.coord, gateway.Options{})
+	return st
+}
+
+// startAdapter runs an adapter with opts on a worker of its own named
+// name, and waits until it has registered its tools. stop stops it (as
+// at shutdown); it is idempotent.
+func (st *stack) startAdapter(t *testing.T, name string, opts upstream.Options) (a *upstream.Adapter, stop func()) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	if opts.MinBackoff == 0 {
+		opts.MinBackoff = 20 * time.Millisecond
+	}
+	if opts.TerminateWait == 0 {
+		opts.TerminateWait = 200 * time.Millisecond
+	}
+	testcluster.StartWorker(t, worker.Options{Coordinator: st.coordAddr, Name: name}, func(w *worker.Worker) {
+		a = upstream.New(w, opts)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("adapter Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("adapter stopped before its tools were registered: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the adapter did not register its tools")
+	}
+	return a, stop
 }
 
 // waitTools polls the coordinator's tool list until ok holds.

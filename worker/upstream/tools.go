@@ -37,6 +37,7 @@ func (a *Adapter) registerTools(ctx context.Context, s *mcp.ClientSession) error
 			continue
 		}
 		seen[t.Name] = true
+		wt.Idempotent = a.opts.Config.Tool(t.Name).Idempotent
 		tools = append(tools, wt)
 	}
 	a.w.SetTools(tools, a.handle)

@@ -218,16 +218,15 @@ func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {
 	a.changed = make(chan struct{})
 }
 
-// session waits, up to ConnectWait, for a connected session other than
-// not.
-func (a *Adapter) session(ctx context.Context, not *mcp.ClientSession) (*mcp.ClientSession, error) {
+// session waits, up to ConnectWait, for a connected session.
+func (a *Adapter) session(ctx context.Context) (*mcp.ClientSession, error) {
 	t := time.NewTimer(a.opts.ConnectWait)
 	defer t.Stop()
 	for {
 		a.mu.Lock()
 		s, changed := a.sess, a.changed
 		a.mu.Unlock()
-		if s != nil && s != not {
+		if s != nil {
 			return s, nil
 		}
 		select {
