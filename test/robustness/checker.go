@@ -42,6 +42,7 @@ const (
 	VHandlerRunning      = "handler_running"
 	VLeakedKey           = "leaked_key"
 	VListedUnknown       = "listed_unknown"
+	VBadRetry            = "bad_retry"
 )
 
 // Terminal call states.
@@ -76,7 +77,7 @@ func Check(h *History) []Violation {
 	sort.Strings(ids)
 	for _, id := range ids {
 		s := h.Server[id]
-		for _, v := range checkServer(h, s) {
+		for _, v := range append(checkServer(h, s), checkRetry(h, s, clientOf[s])...) {
 			v.Client = clientOf[s]
 			vs = append(vs, v)
 		}
@@ -155,6 +156,47 @@ func checkServer(h *History, s *ServerCall) []Violation {
 	return vs
 }
 
+// checkRetry checks a call that retries another: that one failed because
+// its worker was lost, was no retry itself, was the same client's call of
+// the same tool, ran on another worker, and the client had seen none of
+// its progress; the retry does not outlive its deadline.
+func checkRetry(h *History, s *ServerCall, c *ClientCall) []Violation {
+	if s.RetryOf == "" {
+		return nil
+	}
+	var vs []Violation
+	bad := func(format string, args ...any) {
+		vs = append(vs, Violation{Kind: VBadRetry, Subject: "call " + s.CallID, Server: s, Detail: fmt.Sprintf(format, args...)})
+	}
+	lost := h.Server[s.RetryOf]
+	if lost == nil {
+		bad("retries call %s, which etcd never held", s.RetryOf)
+		return vs
+	}
+	final := lost.Final()
+	switch {
+	case final.State != stFailed || final.Initiator != "worker_lost":
+		bad("retries call %s, which ended %s by %q, not failed with its worker lost", lost.CallID, final.State, final.Initiator)
+	case lost.RetryOf != "":
+		bad("retries call %s, itself a retry of %s", lost.CallID, lost.RetryOf)
+	case lost.Principal != s.Principal || lost.Gateway != s.Gateway || compactID(lost.RequestID) != compactID(s.RequestID) || lost.Tool != s.Tool:
+		bad("retries call %s, another client's call or another tool's", lost.CallID)
+	case lost.Worker == s.Worker:
+		bad("runs on %s, the worker call %s was lost with", s.Worker, lost.CallID)
+	case s.Deadline.After(lost.Deadline):
+		bad("deadline %v past call %s's", s.Deadline.Sub(lost.Deadline), lost.CallID)
+	}
+	if c != nil {
+		for _, p := range c.Progress {
+			if p.Before(s.Requested) {
+				bad("placed %v after progress of call %s reached the client", s.Requested.Sub(p), lost.CallID)
+				break
+			}
+		}
+	}
+	return vs
+}
+
 // checkClient checks what a client saw against the decision.
 func checkClient(c *ClientCall, s *ServerCall) []Violation {
 	var vs []Violation
@@ -227,12 +269,18 @@ func clientKey(c *ClientCall) string {
 	return "p|" + c.Owner + "|" + compactID(c.RequestID)
 }
 
+// indexServer maps client keys to the call records that answer them: of a
+// lost call and its retry, the retry.
 func indexServer(m map[string]*ServerCall) map[string]*ServerCall {
 	idx := make(map[string]*ServerCall, 2*len(m))
 	for _, s := range m {
 		id := compactID(s.RequestID)
-		idx["p|"+s.Principal+"|"+id] = s
-		idx["g|"+s.Gateway+"|"+id] = s
+		for _, k := range []string{"p|" + s.Principal + "|" + id, "g|" + s.Gateway + "|" + id} {
+			if old := idx[k]; old != nil && old.RetryOf == s.CallID {
+				continue // old retries s, so old answers the client
+			}
+			idx[k] = s
+		}
 	}
 	return idx
 }

@@ -10,8 +10,9 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-// goodHistory is one completed call and one cancelled call, both seen
-// correctly by their clients.
+// goodHistory is one completed call, one cancelled call, and one call
+// lost with its worker and completed by its retry, all seen correctly by
+// their clients.
 func goodHistory() *History {
 	return &History{
 		LeaseTTL: 2 * time.Second, Slack: time.Second,
@@ -20,6 +21,8 @@ func goodHistory() *History {
 				Progress: []time.Time{at(50)}, Responses: []Response{{At: at(110), Kind: "result", Text: "slept 0.1s"}}},
 			{Ref: "cancelled", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("2"), Tool: "sleep", Sent: at(0),
 				CancelSent: at(40), Progress: []time.Time{at(20)}},
+			{Ref: "retried", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("3"), Tool: "sleep", Sent: at(0),
+				Progress: []time.Time{at(400)}, Responses: []Response{{At: at(600), Kind: "result", Text: "slept 0.3s"}}},
 		},
 		Server: map[string]*ServerCall{
 			"a": {CallID: "a", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("1"), Deadline: at(5000),
@@ -28,6 +31,13 @@ func goodHistory() *History {
 			"b": {CallID: "b", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("2"), Deadline: at(5000),
 				States: []StateChange{{State: "running", Revision: 3}, {State: "cancelled", Initiator: "client", Settled: at(45), Revision: 4}},
 				Audits: []Audit{{Outcome: "cancelled", Initiator: "client", Settled: at(45), Key: "k2"}}},
+			"c": {CallID: "c", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("3"), Tool: "sleep", Worker: "w0", Deadline: at(5000),
+				States: []StateChange{{State: "running", Revision: 6}, {State: "failed", Initiator: "worker_lost", Settled: at(200), Revision: 7}},
+				Audits: []Audit{{Outcome: "failed", Initiator: "worker_lost", Settled: at(200), Key: "k4"}}},
+			"d": {CallID: "d", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("3"), Tool: "sleep", Worker: "w1", Deadline: at(5000),
+				Requested: at(300), RetryOf: "c",
+				States: []StateChange{{State: "running", Revision: 8}, {State: "completed", Settled: at(590), Revision: 9}},
+				Audits: []Audit{{Outcome: "completed", Settled: at(590), Key: "k5"}}},
 		},
 		InFlight: map[string]int{"w0": 0},
 		Listed:   map[string][]string{"a": {"completed"}},
@@ -84,6 +94,17 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 		{"leaked key", func(h *History) { h.Leaked = []string{prefix + "calls/a"} }, VLeakedKey},
 		{"result for no call", func(h *History) { delete(h.Server, "a"); h.Listed = nil }, VResultWithoutCall},
 		{"audit listed but never stored", func(h *History) { h.Listed["zz"] = []string{"failed"} }, VListedUnknown},
+		{"retry of a call its worker did not lose", func(h *History) {
+			h.Server["c"].States[1].Initiator = "tool"
+		}, VBadRetry},
+		{"retry of a retry", func(h *History) { h.Server["c"].RetryOf = "a" }, VBadRetry},
+		{"retry of another client's call", func(h *History) { h.Server["c"].Principal = "p2" }, VBadRetry},
+		{"retry on the lost worker", func(h *History) { h.Server["d"].Worker = "w0" }, VBadRetry},
+		{"retry past the deadline", func(h *History) { h.Server["d"].Deadline = at(6000) }, VBadRetry},
+		{"retry after progress", func(h *History) {
+			h.Client[2].Progress = append(h.Client[2].Progress, at(150))
+		}, VBadRetry},
+		{"retry of no call", func(h *History) { delete(h.Server, "c") }, VBadRetry},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := goodHistory()

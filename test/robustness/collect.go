@@ -38,6 +38,7 @@ type storedCall struct {
 	RequestedAt time.Time       `json:"requested_at"`
 	Deadline    time.Time       `json:"deadline"`
 	SettledAt   time.Time       `json:"settled_at"`
+	RetryOf     string          `json:"retry_of"`
 }
 
 // run watches until ctx ends; the etcd client resumes the watch on
@@ -79,7 +80,7 @@ func (co *collector) put(key string, val []byte, rev int64) {
 		}
 		s := co.callLocked(r.CallID)
 		s.Principal, s.Gateway, s.RequestID, s.Tool, s.Worker = r.Principal, r.Gateway, r.RequestID, r.Tool, r.Worker
-		s.Requested, s.Deadline = r.RequestedAt, r.Deadline
+		s.Requested, s.Deadline, s.RetryOf = r.RequestedAt, r.Deadline, r.RetryOf
 		if n := len(s.States); n == 0 || s.States[n-1].State != r.State {
 			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Settled: r.SettledAt, Revision: rev})
 		}

@@ -53,6 +53,7 @@ type ServerCall struct {
 	Worker    string          `json:"worker"`
 	Requested time.Time       `json:"requested_at"`
 	Deadline  time.Time       `json:"deadline"`
+	RetryOf   string          `json:"retry_of,omitempty"` // the lost call this one retries
 	States    []StateChange   `json:"states"`
 	Audits    []Audit         `json:"audits,omitempty"`
 }

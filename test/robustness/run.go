@@ -36,6 +36,7 @@ type Summary struct {
 	Cancelled      int            `json:"cancelled"`
 	Failed         int            `json:"failed"`
 	Refused        int            `json:"refused"`
+	Retried        int            `json:"retried"` // calls lost with their worker and placed again
 	FaultsInjected int            `json:"faults_injected"`
 	FaultKinds     map[string]int `json:"fault_kinds"`
 	Violations     int            `json:"violations"`
@@ -188,6 +189,9 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 		}
 	}
 	for _, sc := range h.Server {
+		if sc.RetryOf != "" {
+			s.Retried++
+		}
 		switch sc.Final().State {
 		case stCompleted:
 			s.Completed++
@@ -197,7 +201,7 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 			s.Failed++
 		}
 	}
-	s.Refused = s.Calls - len(h.Server)
+	s.Refused = s.Calls - (len(h.Server) - s.Retried)
 	return s
 }
 

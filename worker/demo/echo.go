@@ -20,6 +20,9 @@ var echoTool = worker.Tool{
   "required": ["text"],
   "additionalProperties": false
 }`),
+	// Running it again changes nothing: a call lost with its worker may
+	// be retried on another.
+	Idempotent: true,
 }
 
 type echoArgs struct {

@@ -24,6 +24,9 @@ var sleepTool = worker.Tool{
   "required": ["seconds"],
   "additionalProperties": false
 }`),
+	// Running it again changes nothing: a call lost with its worker may
+	// be retried on another.
+	Idempotent: true,
 }
 
 type sleepArgs struct {
