@@ -149,8 +149,9 @@ func (c *call) run(p callParams) {
 // new call, or nil.
 func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	g := c.s.g
+	deadline := lost.GetDeadline().AsTime()
 	c.mu.Lock()
-	ok := lost.GetIdempotent() && !c.retried && !c.relayed && c.state == running && c.pending == nil
+	ok := lost.GetIdempotent() && !c.retried && !c.relayed && c.state == running && c.pending == nil && time.Now().Before(deadline)
 	if ok {
 		// Until the retry exists, a cancel waits in pending.
 		c.retried, c.begun, c.stopExec, c.outcome = true, nil, nil, ""
@@ -159,7 +160,6 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	if !ok {
 		return nil
 	}
-	deadline := lost.GetDeadline().AsTime()
 	ctx, cancel := context.WithDeadline(g.base, deadline)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
