@@ -108,7 +108,13 @@ func TestRetryRefused(t *testing.T) {
 	e := retryEnv(t)
 	var n int64
 	next := func() *pb.CallKey { n++; return key("conn:r", num(n)) }
-	begin := func(k *pb.CallKey, tool string) *pb.BeginResponse { return e.begin(t, e.c, k, tool) }
+	begun := func(tool string) (*pb.CallKey, *pb.BeginResponse) { k := next(); return k, e.begin(t, e.c, k, tool) }
+	// lost begins a call of tool and fails it for who.
+	lost := func(tool string, who pb.Initiator) (*pb.CallKey, *pb.BeginResponse) {
+		k, b := begun(tool)
+		e.lose(t, b, who)
+		return k, b
+	}
 	cases := []struct {
 		name string
 		// setup returns the key and call to retry.
@@ -117,33 +123,27 @@ func TestRetryRefused(t *testing.T) {
 		want  string
 	}{
 		{"still running", func() (*pb.CallKey, string) {
-			k := next()
-			return k, begin(k, "idem").CallId
+			k, b := begun("idem")
+			return k, b.CallId
 		}, "idem", "is running"},
 		{"failed by its tool", func() (*pb.CallKey, string) {
-			k := next()
-			b := begin(k, "idem")
-			e.lose(t, b, pb.Initiator_INITIATOR_TOOL)
+			k, b := lost("idem", pb.Initiator_INITIATOR_TOOL)
 			return k, b.CallId
 		}, "idem", "failed by tool"},
 		{"completed", func() (*pb.CallKey, string) {
-			k := next()
-			b := begin(k, "idem")
+			k, b := begun("idem")
 			if _, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}}); err != nil {
 				t.Fatal(err)
 			}
 			return k, b.CallId
 		}, "idem", "is completed"},
 		{"cancelled", func() (*pb.CallKey, string) {
-			k := next()
-			b := begin(k, "idem")
+			k, b := begun("idem")
 			e.cancel(t, e.c, k, "no")
 			return k, b.CallId
 		}, "idem", "is cancelled"},
 		{"already a retry", func() (*pb.CallKey, string) {
-			k := next()
-			b := begin(k, "idem")
-			e.lose(t, b, pb.Initiator_INITIATOR_WORKER_LOST)
+			k, b := lost("idem", pb.Initiator_INITIATOR_WORKER_LOST)
 			r, err := e.c.Begin(t.Context(), retryReq(k, "idem", b.CallId))
 			if err != nil {
 				t.Fatal(err)
@@ -152,21 +152,16 @@ func TestRetryRefused(t *testing.T) {
 			return k, r.CallId
 		}, "idem", "already a retry"},
 		{"another key's call", func() (*pb.CallKey, string) {
-			b := begin(next(), "idem")
-			e.lose(t, b, pb.Initiator_INITIATOR_WORKER_LOST)
+			_, b := lost("idem", pb.Initiator_INITIATOR_WORKER_LOST)
 			return next(), b.CallId
 		}, "idem", "no call"},
 		{"another tool", func() (*pb.CallKey, string) {
-			k := next()
-			b := begin(k, "idem")
-			e.lose(t, b, pb.Initiator_INITIATOR_WORKER_LOST)
+			k, b := lost("idem", pb.Initiator_INITIATOR_WORKER_LOST)
 			return k, b.CallId
 		}, "hold", "another principal's or tool's"},
 		{"not vouched for", func() (*pb.CallKey, string) {
 			// hold runs on w1 or i1, and neither vouches for it.
-			k := next()
-			b := begin(k, "hold")
-			e.lose(t, b, pb.Initiator_INITIATOR_WORKER_LOST)
+			k, b := lost("hold", pb.Initiator_INITIATOR_WORKER_LOST)
 			if b.Worker == "w1" {
 				// w1 answers the stop order with a write of its own.
 				testcluster.WaitFor(t, "w1's stop report", func() bool {

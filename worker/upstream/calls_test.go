@@ -139,12 +139,7 @@ func TestServerKilledMidCall(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var o outcome
-	select {
-	case o = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not end after its server was killed")
-	}
+	o := await(t, done, "its server was killed")
 	if o.err != nil || !o.res.IsError || !strings.Contains(text(o.res), "went away during the call") {
 		t.Fatalf("call = %q, %v; want an error result saying the server went away", text(o.res), o.err)
 	}
@@ -278,6 +273,18 @@ func TestToolTimeout(t *testing.T) {
 type outcome struct {
 	res *mcp.CallToolResult
 	err error
+}
+
+// await waits for the outcome of a call whose end the test brought about.
+func await(t *testing.T, done <-chan outcome, why string) outcome {
+	t.Helper()
+	select {
+	case o := <-done:
+		return o
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the call did not end after %s", why)
+		return outcome{}
+	}
 }
 
 // callInBackground calls a tool; the channel gets the outcome.

@@ -177,12 +177,7 @@ func TestIdempotentCallRetriedOnAnotherWorker(t *testing.T) {
 			lost, rest := running(t, longOp, a, b)
 			other := rest[0]
 			tc.lose(lost, t)
-			var o outcome
-			select {
-			case o = <-done:
-			case <-time.After(60 * time.Second):
-				t.Fatal("the call did not end after its worker was lost")
-			}
+			o := await(t, done, "its worker was lost")
 			if o.err != nil || o.res.IsError || !strings.Contains(text(o.res), "Steps: 1") {
 				t.Fatalf("call = %q, %v; want the retry's result", text(o.res), o.err)
 			}
@@ -237,12 +232,7 @@ func TestLostCallNotRetried(t *testing.T) {
 				s.waitProgress(t)
 			}
 			lost.kill(t)
-			var o outcome
-			select {
-			case o = <-done:
-			case <-time.After(60 * time.Second):
-				t.Fatal("the call did not end after its worker was lost")
-			}
+			o := await(t, done, "its worker was lost")
 			if o.err != nil || !o.res.IsError || !strings.Contains(text(o.res), "worker running this call was lost") {
 				t.Fatalf("call = %q, %v; want an error result saying the worker was lost", text(o.res), o.err)
 			}
