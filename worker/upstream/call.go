@@ -36,13 +36,13 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
 	s, err := a.session(ctx)
+	var res *worker.Result
 	if err == nil {
-		var res *worker.Result
-		if res, err = a.callTool(ctx, s, c, r); err == nil {
-			return res, nil
-		}
+		res, err = a.callTool(ctx, s, c, r)
 	}
 	switch {
+	case err == nil:
+		return res, nil
 	case ctx.Err() != nil:
 		return nil, callErr(ctx, c, tc, ctx.Err())
 	case errors.Is(err, ErrServerGone) || errors.Is(err, ErrUnavailable):
