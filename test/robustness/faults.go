@@ -210,11 +210,11 @@ func (c *Cluster) etcdLeader(ctx context.Context) (int, error) {
 }
 
 // waitEtcdHealthy waits until every member answers and one leads. It
-// starts again a member that gave up: etcdmember exits when its member is
-// not ready in 30 s, as on a machine too loaded to catch up, and a member
-// left dead would let the next kill take quorum away.
+// starts again a member that gave up (etcdmember exits when its member is
+// not ready in 2 minutes): a member left dead would let the next kill take
+// quorum away.
 func (c *Cluster) waitEtcdHealthy(ctx context.Context) error {
-	return waitFor(ctx, 2*time.Minute, "etcd healthy", func() bool {
+	return waitFor(ctx, 3*time.Minute, "etcd healthy", func() bool {
 		for _, p := range c.etcd {
 			if p.exited() {
 				p.start()

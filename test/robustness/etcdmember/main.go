@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
 )
@@ -38,6 +39,9 @@ func run(args []string) int {
 	m, err := embedetcd.Start(ctx, embedetcd.Options{
 		Dir: *dir, Name: *name, ClientAddr: *client, PeerAddr: *peer,
 		InitialCluster: *initial, TickMs: *tick, ElectionMs: *election, NoFsync: true,
+		// A member restarted late in a soak replays a long log and catches
+		// up while the machine is busy: 30 s was seen not to be enough.
+		ReadyTimeout: 2 * time.Minute,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcdmember:", err)
