@@ -235,7 +235,10 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 
 	srv := grpc.NewServer(append(grpcserver.Options(w.log, w.metrics.reg), w.opts.ServerOptions...)...)
 	pb.RegisterWorkerServiceServer(srv, w)
+	// Not serving (grpc.health.v1, a pod's readiness) until attached: only
+	// then can the worker be given calls.
 	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthgrpc.RegisterHealthServer(srv, hs)
 
 	ctx, stop := context.WithCancel(ctx)
@@ -252,9 +255,17 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 		defer close(ctrlDone)
 		return w.ctrl.run(ctrlCtx)
 	})
+	g.Go(func() error {
+		select {
+		case <-w.Attached():
+			hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		case <-ctx.Done():
+		}
+		return nil
+	})
 
 	<-ctx.Done()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs.Shutdown() // NOT_SERVING from now on; a late SERVING from the attach watcher is ignored
 	w.drain()
 	if w.ctrl.detach() {
 		// The coordinator ends the stream once it has revoked the lease.

@@ -96,13 +96,11 @@ func runWorker(ctx context.Context, s streams, args []string) error {
 	if err != nil {
 		return err
 	}
-	var w *worker.Worker
-	w = worker.New(worker.Options{
+	w := worker.New(worker.Options{
 		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
 		Capacity: o.upstream.capacity(o.capacity), DrainTimeout: o.drain, Logger: log,
-		DialOptions: sec.dialOptions(tlsconfig.RoleCoordinator),
-		// Not ready (grpc.health.v1) until attached: a pod takes calls then.
-		ServerOptions: append(sec.serverOptions(authz.Worker()), attachedHealth(func() <-chan struct{} { return w.Attached() })),
+		DialOptions:   sec.dialOptions(tlsconfig.RoleCoordinator),
+		ServerOptions: sec.serverOptions(authz.Worker()),
 	})
 	if o.demo {
 		demo.Register(w)
