@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -145,23 +144,15 @@ func (s *Server) learnDeadlines(ctx context.Context, running map[string]*mvccpb.
 			ids = append(ids, id)
 		}
 	}
-	for chunk := range slices.Chunk(ids, 64) {
-		gets := make([]clientv3.Op, len(chunk))
-		for i, id := range chunk {
-			gets[i] = clientv3.OpGet(s.keys.call(id))
-		}
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.cli.Txn(octx).Then(gets...).Commit()
-		cancel()
-		if err != nil {
-			return etcdErr(octx, "janitor read deadlines", err)
-		}
-		for i, id := range chunk {
-			deadlines[id] = time.Time{}
-			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
-				if rec, err := decode[callRecord]("call", kvs[0].Value); err == nil {
-					deadlines[id] = rec.Deadline
-				}
+	kvs, err := s.readCalls(ctx, ids, "janitor read deadlines")
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		deadlines[id] = time.Time{}
+		if kvs[i] != nil {
+			if rec, err := decode[callRecord]("call", kvs[i].Value); err == nil {
+				deadlines[id] = rec.Deadline
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,7 +198,7 @@ func (s *Server) cancelScope(ctx context.Context, scope, principal string, d dec
 	)
 	sem := make(chan struct{}, scopeParallelism)
 	var wg sync.WaitGroup
-	for batch := range chunks(running, scopeBatch) {
+	for batch := range slices.Chunk(running, scopeBatch) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -265,49 +266,58 @@ type runningCall struct {
 
 // runningOf reads the calls an index range names and keeps the running ones.
 func (s *Server) runningOf(ctx context.Context, idx []*mvccpb.KeyValue, principal string) ([]runningCall, error) {
-	var out []runningCall
-	for chunk := range chunks(idx, 128) {
-		var gets []clientv3.Op
-		for _, kv := range chunk {
-			begun, err := decode[callRecord]("index", kv.Value)
-			if err != nil {
-				return nil, err
-			}
-			gets = append(gets, clientv3.OpGet(s.keys.call(begun.CallID)))
-		}
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.cli.Txn(octx).Then(gets...).Commit()
-		cancel()
+	ids := make([]string, len(idx))
+	for i, kv := range idx {
+		begun, err := decode[callRecord]("index", kv.Value)
 		if err != nil {
-			return nil, etcdErr(octx, "read scope calls", err)
+			return nil, err
 		}
-		for _, r := range resp.Responses {
-			kvs := r.GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				continue
-			}
-			rec, err := decode[callRecord]("call", kvs[0].Value)
-			if err != nil {
-				return nil, err
-			}
-			if rec.State == stateRunning && (principal == "" || rec.Principal == principal) {
-				out = append(out, runningCall{rec, kvs[0]})
-			}
+		ids[i] = begun.CallID
+	}
+	kvs, err := s.readCalls(ctx, ids, "read scope calls")
+	if err != nil {
+		return nil, err
+	}
+	var out []runningCall
+	for _, kv := range kvs {
+		if kv == nil {
+			continue
+		}
+		rec, err := decode[callRecord]("call", kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		if rec.State == stateRunning && (principal == "" || rec.Principal == principal) {
+			out = append(out, runningCall{rec, kv})
 		}
 	}
 	return out, nil
 }
 
-func chunks[T any](s []T, n int) func(func([]T) bool) {
-	return func(yield func([]T) bool) {
-		for len(s) > 0 {
-			m := min(n, len(s))
-			if !yield(s[:m]) {
-				return
+// readCalls reads the call records of ids, as many per transaction as etcd
+// takes. The result has one entry per id, nil where the record is gone.
+func (s *Server) readCalls(ctx context.Context, ids []string, what string) ([]*mvccpb.KeyValue, error) {
+	out := make([]*mvccpb.KeyValue, 0, len(ids))
+	for chunk := range slices.Chunk(ids, 128) {
+		gets := make([]clientv3.Op, len(chunk))
+		for i, id := range chunk {
+			gets[i] = clientv3.OpGet(s.keys.call(id))
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Txn(octx).Then(gets...).Commit()
+		cancel()
+		if err != nil {
+			return nil, etcdErr(octx, what, err)
+		}
+		for _, r := range resp.Responses {
+			var kv *mvccpb.KeyValue
+			if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+				kv = kvs[0]
 			}
-			s = s[m:]
+			out = append(out, kv)
 		}
 	}
+	return out, nil
 }
 
 // WatchTools implements CoordinatorService.WatchTools.
