@@ -519,11 +519,15 @@ func (x *CallRef) GetWorker() string {
 }
 
 type CancelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        CancelResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.CancelResult" json:"result,omitempty"`
-	CallId        string                 `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result CancelResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.CancelResult" json:"result,omitempty"`
+	CallId string                 `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Who decided the call when this cancellation did not win (set with
+	// ALREADY_CANCELLED and ALREADY_FAILED), and why.
+	WinnerInitiator Initiator `protobuf:"varint,3,opt,name=winner_initiator,json=winnerInitiator,proto3,enum=mcpcancel.v1.Initiator" json:"winner_initiator,omitempty"`
+	WinnerReason    string    `protobuf:"bytes,4,opt,name=winner_reason,json=winnerReason,proto3" json:"winner_reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CancelResponse) Reset() {
@@ -566,6 +570,20 @@ func (x *CancelResponse) GetResult() CancelResult {
 func (x *CancelResponse) GetCallId() string {
 	if x != nil {
 		return x.CallId
+	}
+	return ""
+}
+
+func (x *CancelResponse) GetWinnerInitiator() Initiator {
+	if x != nil {
+		return x.WinnerInitiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *CancelResponse) GetWinnerReason() string {
+	if x != nil {
+		return x.WinnerReason
 	}
 	return ""
 }
@@ -623,10 +641,15 @@ func (x *CompleteRequest) GetStoppedAt() *timestamppb.Timestamp {
 }
 
 type CompleteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        SettleResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.SettleResult" json:"result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result SettleResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.SettleResult" json:"result,omitempty"`
+	// Who decided the call when this completion did not win (set with
+	// ALREADY_CANCELLED and ALREADY_FAILED), and why: a worker tells its
+	// gateway, which answers a client that did not cancel with an error.
+	WinnerInitiator Initiator `protobuf:"varint,2,opt,name=winner_initiator,json=winnerInitiator,proto3,enum=mcpcancel.v1.Initiator" json:"winner_initiator,omitempty"`
+	WinnerReason    string    `protobuf:"bytes,3,opt,name=winner_reason,json=winnerReason,proto3" json:"winner_reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CompleteResponse) Reset() {
@@ -664,6 +687,20 @@ func (x *CompleteResponse) GetResult() SettleResult {
 		return x.Result
 	}
 	return SettleResult_SETTLE_RESULT_UNSPECIFIED
+}
+
+func (x *CompleteResponse) GetWinnerInitiator() Initiator {
+	if x != nil {
+		return x.WinnerInitiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *CompleteResponse) GetWinnerReason() string {
+	if x != nil {
+		return x.WinnerReason
+	}
+	return ""
 }
 
 type FailRequest struct {
@@ -736,10 +773,14 @@ func (x *FailRequest) GetStoppedAt() *timestamppb.Timestamp {
 }
 
 type FailResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        SettleResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.SettleResult" json:"result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result SettleResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.SettleResult" json:"result,omitempty"`
+	// Who decided the call when this failure did not win (set with
+	// ALREADY_CANCELLED and ALREADY_FAILED), and why.
+	WinnerInitiator Initiator `protobuf:"varint,2,opt,name=winner_initiator,json=winnerInitiator,proto3,enum=mcpcancel.v1.Initiator" json:"winner_initiator,omitempty"`
+	WinnerReason    string    `protobuf:"bytes,3,opt,name=winner_reason,json=winnerReason,proto3" json:"winner_reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *FailResponse) Reset() {
@@ -777,6 +818,20 @@ func (x *FailResponse) GetResult() SettleResult {
 		return x.Result
 	}
 	return SettleResult_SETTLE_RESULT_UNSPECIFIED
+}
+
+func (x *FailResponse) GetWinnerInitiator() Initiator {
+	if x != nil {
+		return x.WinnerInitiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *FailResponse) GetWinnerReason() string {
+	if x != nil {
+		return x.WinnerReason
+	}
+	return ""
 }
 
 type AttachRequest struct {
@@ -2577,24 +2632,30 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\aCallRef\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
-	"\x06worker\x18\x03 \x01(\tR\x06worker\"]\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\"\xc6\x01\n" +
 	"\x0eCancelResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
-	"\acall_id\x18\x02 \x01(\tR\x06callId\"w\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
+	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"w\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
-	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"F\n" +
+	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
-	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\"\xc2\x01\n" +
+	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
+	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xc2\x01\n" +
 	"\vFailRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"B\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xab\x01\n" +
 	"\fFailResponse\x122\n" +
-	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\"\xa3\x02\n" +
+	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
+	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xa3\x02\n" +
 	"\rAttachRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.mcpcancel.v1.WorkerHelloH\x00R\x05hello\x128\n" +
 	"\astopped\x18\x02 \x01(\v2\x1c.mcpcancel.v1.HandlerStoppedH\x00R\astopped\x12+\n" +
@@ -2810,76 +2871,79 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	45, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
 	44, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	5,  // 9: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	44, // 10: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	5,  // 12: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 13: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 14: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	12, // 16: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	13, // 17: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	14, // 18: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	15, // 19: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	16, // 20: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	46, // 21: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	44, // 22: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	46, // 23: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	18, // 24: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	19, // 25: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	43, // 26: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	47, // 27: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	45, // 28: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	22, // 29: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	46, // 30: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	46, // 31: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	42, // 32: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	48, // 33: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	44, // 34: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	49, // 35: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	44, // 36: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	49, // 37: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	46, // 38: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	45, // 39: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 40: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	35, // 41: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	43, // 42: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	35, // 43: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 44: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 45: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 46: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 47: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 48: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	20, // 49: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	23, // 50: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	25, // 51: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	27, // 52: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	29, // 53: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	31, // 54: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	33, // 55: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	36, // 56: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	38, // 57: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	40, // 58: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 59: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 60: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 61: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 62: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	17, // 63: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	21, // 64: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	24, // 65: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	26, // 66: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	28, // 67: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	30, // 68: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	32, // 69: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	34, // 70: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	37, // 71: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	39, // 72: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	41, // 73: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	45, // 9: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 10: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	44, // 11: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	45, // 13: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 14: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	45, // 15: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 16: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	1,  // 17: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	45, // 18: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	12, // 19: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	13, // 20: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	14, // 21: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	15, // 22: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	16, // 23: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	46, // 24: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	44, // 25: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	46, // 26: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	18, // 27: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	19, // 28: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	43, // 29: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 30: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	45, // 31: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	22, // 32: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	46, // 33: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	46, // 34: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	42, // 35: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	48, // 36: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	44, // 37: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	49, // 38: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	44, // 39: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	49, // 40: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	46, // 41: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	45, // 42: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	44, // 43: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	35, // 44: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	43, // 45: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	35, // 46: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 47: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 48: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 49: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 50: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 51: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	20, // 52: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	23, // 53: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	25, // 54: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	27, // 55: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	29, // 56: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	31, // 57: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	33, // 58: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	36, // 59: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	38, // 60: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	40, // 61: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 62: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 63: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 64: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 65: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	17, // 66: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	21, // 67: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	24, // 68: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	26, // 69: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	28, // 70: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	30, // 71: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	32, // 72: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	34, // 73: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	37, // 74: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	39, // 75: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	41, // 76: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	62, // [62:77] is the sub-list for method output_type
+	47, // [47:62] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }

@@ -31,7 +31,14 @@ type ExecuteRequest struct {
 	ArgumentsJson []byte                 `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// Whether the client asked for progress notifications.
-	Progress      bool `protobuf:"varint,6,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress bool `protobuf:"varint,6,opt,name=progress,proto3" json:"progress,omitempty"`
+	// The worker the coordinator placed the call on; a worker refuses a call
+	// meant for another (FAILED_PRECONDITION).
+	Worker string `protobuf:"bytes,7,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Who the caller is and the scopes its token granted, as the gateway
+	// authenticated them. Never the token itself.
+	Principal     string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
+	Scopes        []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,6 +113,27 @@ func (x *ExecuteRequest) GetProgress() bool {
 		return x.Progress
 	}
 	return false
+}
+
+func (x *ExecuteRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
 }
 
 type ExecuteResponse struct {
@@ -520,14 +548,17 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xce\x01\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x9c\x02\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x12%\n" +
 	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
-	"\bprogress\x18\x06 \x01(\bR\bprogress\"\x9e\x02\n" +
+	"\bprogress\x18\x06 \x01(\bR\bprogress\x12\x16\n" +
+	"\x06worker\x18\a \x01(\tR\x06worker\x12\x1c\n" +
+	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06scopes\x18\t \x03(\tR\x06scopes\"\x9e\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
