@@ -31,7 +31,8 @@ func fuzzToken(claims string) string {
 }
 
 // JWTs from clients: verification never panics, and whatever it accepts
-// has a subject and names the one trusted issuer.
+// has a subject, names the one trusted issuer, and grants only scopes
+// that are scope tokens.
 func FuzzJWT(f *testing.F) {
 	file := filepath.Join(f.TempDir(), "jwks.json")
 	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
@@ -46,13 +47,18 @@ func FuzzJWT(f *testing.F) {
 	f.Add("a.b.c")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, token string) {
-		keys, _ := auth.keys.get()
-		p, err := auth.verify(token, keys)
+		id, err := auth.verify(t.Context(), token)
 		if err != nil {
 			return
 		}
+		p := id.Principal
 		if !strings.HasPrefix(p, "jwt:iss:") || len(p) == len("jwt:iss:") || len(p) > maxPrincipalBytes {
 			t.Fatalf("accepted %q as %q", token, p)
+		}
+		for _, s := range id.Scopes {
+			if !validScope(s) {
+				t.Fatalf("accepted %q with scope %q, which cannot stand in a challenge", token, s)
+			}
 		}
 	})
 }
