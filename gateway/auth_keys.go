@@ -158,7 +158,6 @@ func newRemoteKeys(ctx context.Context, url string, o *JWTOptions) (*remoteKeys,
 		maxBytes: o.MaxJWKSBytes, maxKeys: o.MaxKeys, log: o.Logger,
 		floor: rate.NewLimiter(rate.Every(o.RefreshFloor), 1), done: make(chan struct{}),
 	}
-	r.floor.Allow() // the first fetch spends the first token
 	if err := r.fetch(ctx); err != nil {
 		return nil, fmt.Errorf("gateway: JWKS %s: %w", url, err)
 	}
