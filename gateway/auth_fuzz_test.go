@@ -117,3 +117,31 @@ func FuzzHTTPRequest(f *testing.F) {
 }
 
 const initBody = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+// JWK sets from a file or an identity provider: parsing never panics,
+// and a set it accepts has at least one and at most maxKeys keys, each
+// for signing and strong enough.
+func FuzzKeySetKeepsOnlyStrongSigningKeys(f *testing.F) {
+	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
+	f.Add([]byte(`{"keys":[{"kty":"oct","kid":"k","k":"` + k + `"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"oct","k":"c2hvcnQ"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"},{"kty":"OKP","crv":"Ed25519","x":"AA"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB","use":"enc"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, err := parseKeySet(b, 4)
+		if err != nil {
+			return
+		}
+		if len(keys) == 0 || len(keys) > 4 {
+			t.Fatalf("accepted %d keys", len(keys))
+		}
+		for _, key := range keys {
+			if u := key.Marshal().USE; u != "" && u != "sig" {
+				t.Fatalf("accepted a key for %q", u)
+			}
+			if err := strongEnough(key.Key()); err != nil {
+				t.Fatalf("accepted a weak key: %v", err)
+			}
+		}
+	})
+}
