@@ -104,10 +104,11 @@ func (g *Gateway) registerMetadata(mux *http.ServeMux) {
 	}
 }
 
-// challenge is a Bearer WWW-Authenticate value (RFC 6750 section 3).
-// Parameters with empty values are left out.
+// challenge is a Bearer WWW-Authenticate value (RFC 6750 section 3), in
+// the realm "mcpcancel" as before there was metadata to name. Parameters
+// with empty values are left out.
 func (g *guard) challenge(errCode, description string, scopes []string) string {
-	var params []string
+	params := []string{`realm="mcpcancel"`}
 	add := func(k, v string) {
 		if v != "" {
 			params = append(params, fmt.Sprintf("%s=%q", k, v))
@@ -117,9 +118,6 @@ func (g *guard) challenge(errCode, description string, scopes []string) string {
 	add("scope", strings.Join(scopes, " "))
 	add("error", errCode)
 	add("error_description", description)
-	if len(params) == 0 {
-		return `Bearer realm="mcpcancel"`
-	}
 	return "Bearer " + strings.Join(params, ", ")
 }
 
