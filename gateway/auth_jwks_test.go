@@ -96,10 +96,16 @@ func TestRemoteJWKS(t *testing.T) {
 
 	good, _ := json.Marshal(old.jwk) // each bad set below would be usable but for its flaw
 	for name, bad := range map[string]func(){
-		"error status":  func() { srv.serve(http.StatusInternalServerError, []byte(`{"keys":[`+string(good)+`]}`)) },
-		"too large":     func() { srv.serve(http.StatusOK, []byte(`{"keys":[`+string(good)+`],"pad":"`+strings.Repeat("x", 1<<20)+`"}`)) },
-		"too many keys": func() { srv.serve(http.StatusOK, []byte(`{"keys":[`+strings.Repeat(string(good)+`,`, 64)+string(good)+`]}`)) },
-		"no usable key": func() { srv.serve(http.StatusOK, []byte(`{"keys":[{"kty":"oct","use":"enc","k":"`+b64(make([]byte, 32))+`"}]}`)) },
+		"error status": func() { srv.serve(http.StatusInternalServerError, []byte(`{"keys":[`+string(good)+`]}`)) },
+		"too large": func() {
+			srv.serve(http.StatusOK, []byte(`{"keys":[`+string(good)+`],"pad":"`+strings.Repeat("x", 1<<20)+`"}`))
+		},
+		"too many keys": func() {
+			srv.serve(http.StatusOK, []byte(`{"keys":[`+strings.Repeat(string(good)+`,`, 64)+string(good)+`]}`))
+		},
+		"no usable key": func() {
+			srv.serve(http.StatusOK, []byte(`{"keys":[{"kty":"oct","use":"enc","k":"`+b64(make([]byte, 32))+`"}]}`))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			bad()
