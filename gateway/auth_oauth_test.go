@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -65,19 +66,15 @@ func oauthGateway(t *testing.T, coord pb.CoordinatorServiceClient, p *provider, 
 	})
 }
 
-// challengeParams parses a Bearer challenge's parameters.
+// challengeParams parses a Bearer challenge with the go-sdk's parser (the
+// one its clients use), and returns its parameters.
 func challengeParams(t *testing.T, h string) map[string]string {
 	t.Helper()
-	rest, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
-		t.Fatalf("not a Bearer challenge: %q", h)
+	cs, err := oauthex.ParseWWWAuthenticate([]string{h})
+	if err != nil || len(cs) != 1 || cs[0].Scheme != "bearer" {
+		t.Fatalf("not one Bearer challenge: %q (%v)", h, err)
 	}
-	out := map[string]string{}
-	for _, kv := range strings.Split(rest, `", `) {
-		k, v, _ := strings.Cut(kv, "=")
-		out[k] = strings.Trim(v, `"`)
-	}
-	return out
+	return cs[0].Params
 }
 
 // Against a real OpenID provider in the test (zitadel/oidc): the gateway
