@@ -53,6 +53,10 @@ type Options struct {
 	// Authenticator names the principal of each HTTP request (nil: every
 	// client is "anonymous"). Unauthenticated requests get 401.
 	Authenticator Authenticator
+	// Auth, if set, adds OAuth resource-server metadata and challenges,
+	// per-tool scopes and lists, and per-principal rate limits (see
+	// AuthOptions).
+	Auth *AuthOptions
 	// MaxMessageBytes bounds one incoming message (default 4 MiB).
 	MaxMessageBytes int64
 	// WriteTimeout bounds every write to a client (default 10s). A client

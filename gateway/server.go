@@ -16,6 +16,7 @@ import (
 func (g *Gateway) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.Handler())
+	g.registerMetadata(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
