@@ -157,6 +157,7 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, sopts []grpc.ServerOption, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
 	gs := grpc.NewServer(append(grpcserver.Options(log, srv.Registry()), sopts...)...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
+	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(srv))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthgrpc.RegisterHealthServer(gs, hs)
