@@ -222,7 +222,7 @@ func TestCallOutcomes(t *testing.T) {
 			}
 		})
 	}
-	if r := runCall(t, "--mcp", "http://127.0.0.1:1/mcp", "echo"); r.code != 1 || !strings.Contains(r.stderr, "cannot speak MCP with http://127.0.0.1:1/mcp") {
+	if r := runCall(t, "--mcp", "http://127.0.0.1:1/mcp", "echo"); r.code != 1 || !strings.Contains(r.stderr, "no MCP gateway at http://127.0.0.1:1/mcp: is `mcpcancel dev` running?") {
 		t.Errorf("no server: exit %d, want 1 and a message", r.code)
 	}
 	dev.stop(t)
