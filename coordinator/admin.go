@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -204,11 +203,20 @@ func (a *Admin) operatorCancel(ctx context.Context, req *pb.OperatorCancelReques
 }
 
 // OperatorReason is the audited reason of an operator's cancel: who (the
-// caller's certificate, and the person a tool asked for), then why.
+// name on the caller's certificate, and the person a tool asked for),
+// then why. identity is empty when the caller presented no certificate.
 func OperatorReason(identity, onBehalfOf, why string) string {
-	who := identity
-	if onBehalfOf != "" && onBehalfOf != identity {
-		who = fmt.Sprintf("%s for %s", identity, SanitizeReason(onBehalfOf))
+	onBehalfOf = strings.TrimSpace(onBehalfOf)
+	var who string
+	switch {
+	case identity == "" && onBehalfOf == "":
+		who = "unknown (unverified: no client certificate)"
+	case identity == "":
+		who = onBehalfOf + " (unverified: no client certificate)"
+	case onBehalfOf == "" || onBehalfOf == identity:
+		who = identity
+	default:
+		who = identity + " for " + onBehalfOf
 	}
 	r := "cancelled by operator " + who
 	if why = strings.TrimSpace(why); why != "" {
@@ -217,20 +225,17 @@ func OperatorReason(identity, onBehalfOf, why string) string {
 	return SanitizeReason(r)
 }
 
-// noIdentity is the identity recorded for an operator who called without
-// a client certificate (a loopback dev setup).
-const noIdentity = "unauthenticated (no client certificate)"
-
 // callerIdentity names ctx's peer by its verified client certificate:
-// its Subject CommonName, or else its first OrganizationalUnit.
+// its Subject CommonName, or else its first OrganizationalUnit; "" when
+// it presented none (plaintext, on a loopback dev setup).
 func callerIdentity(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return noIdentity
+		return ""
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return noIdentity
+		return ""
 	}
 	cert := info.State.VerifiedChains[0][0]
 	switch {

@@ -113,7 +113,7 @@ func TestOperatorCancelIsAuditedAndWatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantReason := "cancelled by operator unauthenticated (no client certificate) for ops@example.com: stuck"
+	wantReason := "cancelled by operator ops@example.com (unverified: no client certificate): stuck"
 	if resp.Result != pb.CancelResult_CANCEL_RESULT_CANCELLED || resp.Reason != wantReason {
 		t.Fatalf("OperatorCancel: %v, want CANCELLED with reason %q", resp, wantReason)
 	}
