@@ -105,8 +105,8 @@ type callData struct {
 	Call      *pb.Call
 	Running   bool
 	CanCancel bool
-	Steps    []step
-	Records  []decisionRow
+	Steps     []step
+	Records   []decisionRow
 }
 
 // callPage is a call's timeline, from its record and its audit records.
