@@ -141,7 +141,11 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 		Logger: log,
 	})
 	also := []func(context.Context) error{
-		func(ctx context.Context) error { return serveAdmin(ctx, s.stderr, o.admin, srv.Registry()) },
+		func(ctx context.Context) error {
+			ready, closeReady := grpcHealth(lis.Addr().String(), sec.dialOptions(tlsconfig.RoleCoordinator))
+			defer closeReady()
+			return serveAdminReady(ctx, s.stderr, o.admin, srv.Registry(), ready)
+		},
 	}
 	if export != nil {
 		also = append(also, coordinator.NewExporter(srv, export).Run)
