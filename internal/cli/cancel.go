@@ -53,9 +53,11 @@ func runCancel(ctx context.Context, s streams, args []string) error {
 	}
 	defer conn.Close()
 	admin := pb.NewAdminServiceClient(conn)
-	id, err := resolveRunning(ctx, admin, o.call)
-	if err != nil {
-		return coordinatorErr(o.coordinator, err)
+	id := o.call
+	if len(id) < callIDLen { // a short id: find the running call it names
+		if id, err = resolveRunning(ctx, admin, o.call); err != nil {
+			return coordinatorErr(o.coordinator, err)
+		}
 	}
 	resp, err := admin.OperatorCancel(ctx, &pb.OperatorCancelRequest{CallId: id, Reason: o.reason, OnBehalfOf: o.as})
 	if err != nil {
