@@ -170,6 +170,14 @@ func listenFlag(flag, addr string) (net.Listener, error) {
 	return lis, err
 }
 
+// flagForPort names the flag that changes addr when err says it is in use.
+func flagForPort(err error, flag, addr string) error {
+	if errors.Is(err, syscall.EADDRINUSE) && !errors.As(err, new(portInUse)) {
+		return portInUse{flag, addr, err}
+	}
+	return err
+}
+
 // portInUse is a listen address another process holds.
 type portInUse struct {
 	flag, addr string

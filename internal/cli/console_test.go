@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -137,6 +138,27 @@ func anyStrings(v any) []string {
 		out = append(out, x.(string))
 	}
 	return out
+}
+
+// TestDevNamesTheFlagOfAPortInUse: dev on a port another process holds
+// says which flag moves it.
+func TestDevNamesTheFlagOfAPortInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	addr := held.Addr().String()
+	for _, flag := range []string{"http", "coordinator-listen", "console-listen"} {
+		t.Run(flag, func(t *testing.T) {
+			args := map[string]string{"http": "127.0.0.1:0", "coordinator-listen": "127.0.0.1:0", "console-listen": "127.0.0.1:0"}
+			args[flag] = addr
+			code, _, stderr := run(t, "dev", "--http", args["http"], "--coordinator-listen", args["coordinator-listen"], "--console-listen", args["console-listen"])
+			if want := addr + " is in use (another mcpcancel dev?): pass --" + flag + " HOST:PORT, or port 0 for a free one"; code != 1 || !strings.Contains(stderr, want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant it to say %q", code, stderr, want)
+			}
+		})
+	}
 }
 
 // TestConsoleRefusesStrangers: a request naming the console by another

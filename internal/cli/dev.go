@@ -121,7 +121,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 		return err
 	}
 	g := gateway.New(gopts)
-	return serveGateway(ctx, s, g, &o.gatewayFlags)
+	return flagForPort(serveGateway(ctx, s, g, &o.gatewayFlags), "http", o.http)
 }
 
 // startDevWorker starts the demo worker and waits until it has attached.
