@@ -77,7 +77,7 @@ func (d *devStack) args(more ...string) []string {
 }
 
 // auditLineRE is the readable audit line of a call the client cancelled.
-var auditLineRE = regexp.MustCompile(`^audit: cancelled by client \(reason "[^"]+"\) settled \d{4}-\d\d-\d\dT[0-9:.]+Z; handler stopped [0-9.]+[µm]?s later on worker dev-worker$`)
+var auditLineRE = regexp.MustCompile(`^audit: cancelled by client \(reason "[^"]+"\) settled \d{4}-\d\d-\d\dT[0-9:.]+Z; handler stopped [0-9.]+[µm]?s later on worker dev-worker; call [0-9a-f]{8}$`)
 
 // TestCallCancel cancels a long sleep with --cancel-after, speaking
 // 2026-07-28 (the default: the client closes the call's stream) and
