@@ -200,3 +200,23 @@ func TestConsoleRefusesStrangers(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleCommand serves `mcpcancel console` for a coordinator on
+// loopback; on another address it refuses to start without certificates.
+func TestConsoleCommand(t *testing.T) {
+	_, coord := startCoordinator(t)
+	c := start(t, nil, "console", "--coordinator", coord, "--listen", "127.0.0.1:0")
+	url := c.waitLine(t, "console: ")
+	poll(t, "the console page", func() bool {
+		resp, err := http.Get(url + "workers")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	code, _, stderr := run(t, "console", "--coordinator", coord, "--listen", "0.0.0.0:0")
+	if want := "is not loopback: give --tls-cert, --tls-key and --tls-ca"; code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("console on 0.0.0.0: exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
+}
