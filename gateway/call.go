@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -41,6 +41,7 @@ type call struct {
 	token    json.RawMessage // the client's progress token, if any
 	modern   bool            // 2026-07-28: results say resultType
 	logLevel string          // 2026-07-28: the request's own log level; none means no logs
+	scopes   []string        // the scopes the caller's token granted, for the handler
 
 	mu       sync.Mutex
 	state    int
@@ -72,7 +73,7 @@ type callParams struct {
 // handleCall runs tools/call to its end: registered before any remote
 // work, begun at the coordinator, executed on the worker, answered through
 // the gate.
-func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
+func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink) {
 	var p callParams
 	if err := json.Unmarshal(m.Params, &p); err != nil || p.Name == "" {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")))
@@ -82,7 +83,7 @@ func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
 		return
 	}
-	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel}
+	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -172,8 +173,8 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	})
 	if err != nil {
 		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "tool", p.Name, "call", lost.GetCallId(), "err", err)
-		switch coordinator.ErrorReason(err) {
-		case "NOT_RETRYABLE", "NO_CAPACITY", "UNKNOWN_TOOL", "INVALID_ARGUMENT":
+		switch client.Kind(err) {
+		case client.ErrNotRetryable, client.ErrNoCapacity, client.ErrUnknownTool, client.ErrInvalidArgument:
 		default:
 			c.failLostBegin() // the retry may exist though its reply was lost
 		}
@@ -197,14 +198,14 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 // was cancelled meanwhile.
 func (c *call) beginFailed(err error, tool string) {
 	c.setOutcome(outcomeRejected)
-	switch coordinator.ErrorReason(err) {
-	case "UNKNOWN_TOOL":
+	switch client.Kind(err) {
+	case client.ErrUnknownTool:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
-	case "DUPLICATE_REQUEST_ID":
+	case client.ErrDuplicate:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
-	case "NO_CAPACITY":
+	case client.ErrNoCapacity:
 		c.respond(c.result(toolError("every worker offering %s is busy; try again shortly", tool)))
-	case "INVALID_ARGUMENT":
+	case client.ErrInvalidArgument:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	default:
 		// The coordinator or etcd went away, perhaps after committing
@@ -238,7 +239,7 @@ func (c *call) failLostBegin() {
 			})
 		}
 		cancel()
-		if err == nil || coordinator.ErrorReason(err) == "UNKNOWN_CALL" {
+		if err == nil || client.Is(err, client.ErrUnknownCall) {
 			return
 		}
 		t := time.NewTimer(wait)
@@ -270,7 +271,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
-		Worker: begun.GetWorker(), Principal: c.s.principal,
+		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 	})
 	if err != nil {
 		return c.lost(begun, err)
@@ -374,12 +375,7 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 	})
 	if err != nil {
 		g.log.Warn("cancel failed", "scope", c.s.scope, "id", c.idText(), "err", err)
-		c.mu.Lock()
-		c.pending = nil // let a later cancel try again
-		if c.state == cancelling {
-			c.state = running
-		}
-		c.mu.Unlock()
+		c.cancelUndecided()
 		return false
 	}
 	if o.who == pb.Initiator_INITIATOR_CLIENT {
@@ -394,6 +390,18 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 		return true
 	}
 	return false // completion (or failure) won; its answer goes out
+}
+
+// cancelUndecided reopens the gate when a cancel could not be decided (the
+// coordinator was unreachable): a later cancel may try again, and the call
+// runs on as before.
+func (c *call) cancelUndecided() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending = nil
+	if c.state == cancelling {
+		c.state = running
+	}
 }
 
 // cancelledBy closes the gate after a cancellation won. Only the client's

@@ -1,8 +1,13 @@
 package gateway_test
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +25,12 @@ func TestDrainedWorkerAnswersItsClient(t *testing.T) {
 	st.w.Stop() // the call must land on the worker drained below
 	w2 := testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w2", DrainTimeout: 500 * time.Millisecond}, demo.Register)
 	sid := openSession(t, st.urls[0])
-	call := startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 40, "steps": 40}, nil)
-	waitFor(t, "the call to run on w2", func() bool {
-		resp, err := st.c.ListWorkers(t.Context(), nil)
-		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 1
-	})
+	// The handler must be running (its first progress seen), not only
+	// begun: a drain before the Execute arrives refuses it, and the call
+	// ends as its worker's loss instead.
+	running := make(chan struct{})
+	call := startCallSeen(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 40, "steps": 40}, "p", running)
+	<-running
 	drained := time.Now()
 	go w2.Stop() // owned: Stop is idempotent and the test's cleanup waits for it
 	var r streamResult
@@ -41,4 +47,39 @@ func TestDrainedWorkerAnswersItsClient(t *testing.T) {
 	if len(as) != 1 || as[0].Outcome != "cancelled" || as[0].Initiator != "shutdown" {
 		t.Fatalf("decisions on the drained call: %+v", as)
 	}
+}
+
+// startCallSeen is startCall with a progress token, closing seen at the
+// first progress notification.
+func startCallSeen(t *testing.T, url, session string, id any, tool string, args any, token string, seen chan<- struct{}) <-chan streamResult {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{"progressToken": token}}})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	out := make(chan streamResult, 1)
+	go func() { // owned: the test reads out
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- streamResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var msgs []map[string]any
+		once := sync.OnceFunc(func() { close(seen) })
+		defer once()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var m map[string]any
+			if data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: ")); ok && json.Unmarshal(data, &m) == nil {
+				msgs = append(msgs, m)
+				if m["method"] == "notifications/progress" {
+					once()
+				}
+			}
+		}
+		out <- streamResult{msgs: msgs}
+	}()
+	return out
 }

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -36,11 +36,12 @@ const (
 // serves the 2025 revisions (sessions, GET stream, DELETE) and 2026-07-28
 // (stateless; closing a request's stream cancels it) side by side.
 func (g *Gateway) Handler() http.Handler {
-	return &httpTransport{g: g, sessions: map[string]*session{}}
+	return &httpTransport{g: g, sessions: map[string]*session{}, guard: newGuard(g.opts.Auth)}
 }
 
 type httpTransport struct {
-	g *Gateway
+	g     *Gateway
+	guard *guard // authorisation and rate limits (oauth.go)
 
 	mu       sync.Mutex
 	sessions map[string]*session // 2025 sessions this replica has seen
@@ -51,7 +52,7 @@ func (h *httpTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusForbidden, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", r.Header.Get("Origin")))
 		return
 	}
-	principal, ok := h.principalOf(w, r)
+	principal, r, ok := h.principalOf(w, r)
 	if !ok {
 		return
 	}
@@ -113,6 +114,9 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal s
 	}
 	if v := r.Header.Get(hdrVersion); v != "" && !slices.Contains(SupportedVersions, v) {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, m.Kind == jsonrpc.KindRequest, unsupportedVersion(v))
+		return
+	}
+	if !h.admit(w, r, m, principal) {
 		return
 	}
 	if isModern(r, m) {
@@ -219,7 +223,7 @@ func acceptsSSE(r *http.Request) bool {
 
 func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
 	id := randomToken(24)
-	s := newSession(h.g, coordinator.SessionScopePrefix+id, principal)
+	s := newSession(h.g, client.SessionScope+id, principal)
 	_, err := h.g.coord.OpenSession(r.Context(), &pb.OpenSessionRequest{Session: &pb.Session{
 		SessionId: id, Principal: principal, ProtocolVersion: latestLegacy, Gateway: h.g.opts.Name,
 	}})
@@ -255,7 +259,7 @@ func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*sess
 	}
 	resp, err := h.g.coord.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
 	switch {
-	case coordinator.ErrorReason(err) == "UNKNOWN_CALL", coordinator.ErrorReason(err) == "INVALID_ARGUMENT":
+	case client.Is(err, client.ErrUnknownCall), client.Is(err, client.ErrInvalidArgument):
 		return nil, http.StatusNotFound
 	case err != nil:
 		return nil, http.StatusServiceUnavailable
@@ -266,7 +270,7 @@ func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*sess
 	defer h.mu.Unlock()
 	if s = h.sessions[id]; s == nil {
 		h.evictLocked()
-		s = newSession(h.g, coordinator.SessionScopePrefix+id, principal)
+		s = newSession(h.g, client.SessionScope+id, principal)
 		s.version = resp.GetSession().GetProtocolVersion()
 		h.sessions[id] = s
 	}
@@ -351,7 +355,7 @@ func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request, principal
 	}
 	s.setLeft(true) // before the close, which may cancel its calls through their workers
 	_, err := h.g.coord.CloseSession(r.Context(), &pb.CloseSessionRequest{SessionId: id, Principal: s.principal, Reason: "session deleted by the client"})
-	if err != nil && coordinator.ErrorReason(err) != "UNKNOWN_CALL" {
+	if err != nil && !client.Is(err, client.ErrUnknownCall) {
 		s.setLeft(false)
 		httpError(w, http.StatusServiceUnavailable, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot close the session: the coordinator is unavailable"))
 		return
@@ -375,7 +379,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}
-	s := newSession(h.g, "stream:"+randomToken(16), principal)
+	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
 	s.modern = true
 	w.Header().Set(HeaderScope, s.scope)
 	if m.Method == "subscriptions/listen" {

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -228,7 +228,7 @@ func cancelResultLabel(r pb.CancelResult) string {
 // remoteCalls says whether another replica may run calls of this scope:
 // only 2025 HTTP sessions span replicas.
 func (s *session) remoteCalls() bool {
-	return strings.HasPrefix(s.scope, coordinator.SessionScopePrefix)
+	return strings.HasPrefix(s.scope, client.SessionScope)
 }
 
 // idle says whether the session holds no call and no stream.
@@ -385,9 +385,9 @@ func (s *session) ping(ctx context.Context) error {
 
 func requestID(id jsonrpc.ID) *pb.RequestId {
 	if id.IsString() {
-		return &pb.RequestId{Kind: &pb.RequestId_Text{Text: id.Str()}}
+		return client.TextID(id.Str())
 	}
-	return &pb.RequestId{Kind: &pb.RequestId_Number{Number: id.Num()}}
+	return client.NumberID(id.Num())
 }
 
 // pingLoop pings the client every interval until ctx is done. A client

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -42,7 +43,7 @@ func (lineWriter) abandonable() bool { return true }
 // in flight are cancelled (reason: the connection closed) and ServeStdio
 // returns once they have settled.
 func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	s := newSession(g, "conn:"+randomToken(12), anonymous)
+	s := newSession(g, client.ConnScope+randomToken(12), anonymous)
 	out := newOutbox(lineWriter{w}, g.opts.WriteTimeout, g.outboxLimit())
 	s.setNotifier(out)
 	defer out.close()
