@@ -141,7 +141,11 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 		Logger: log,
 	})
 	also := []func(context.Context) error{
-		func(ctx context.Context) error { return serveAdmin(ctx, s.stderr, o.admin, srv.Registry()) },
+		func(ctx context.Context) error {
+			ready, closeReady := grpcHealth(lis.Addr().String(), sec.dialOptions(tlsconfig.RoleCoordinator))
+			defer closeReady()
+			return serveAdminReady(ctx, s.stderr, o.admin, srv.Registry(), ready)
+		},
 	}
 	if export != nil {
 		also = append(also, coordinator.NewExporter(srv, export).Run)
@@ -157,6 +161,7 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, sopts []grpc.ServerOption, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
 	gs := grpc.NewServer(append(grpcserver.Options(log, srv.Registry()), sopts...)...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
+	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(srv))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthgrpc.RegisterHealthServer(gs, hs)

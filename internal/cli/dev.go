@@ -36,6 +36,7 @@ type devFlags struct {
 	leaseTTL    time.Duration
 	fixtures    bool
 	upstream    upstreamFlags
+	console     string
 }
 
 func runDev(ctx context.Context, s streams, args []string) error {
@@ -46,6 +47,7 @@ func runDev(ctx context.Context, s streams, args []string) error {
 	f.fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
 	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
 	f.fs.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
+	f.fs.StringVar(&o.console, "console-listen", defaultConsoleListen, "loopback `HOST:PORT` for the web console (the default falls back to a free port when taken)")
 	o.upstream.register(f, false)
 	if err := f.parse(args); err != nil {
 		return err
@@ -82,7 +84,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	}
 	defer etcd.Close()
 
-	coordLis, err := net.Listen("tcp", o.coordListen)
+	coordLis, err := listenFlag("coordinator-listen", o.coordListen)
 	if err != nil {
 		return err
 	}
@@ -108,13 +110,18 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 		return err
 	}
 	defer conn.Close()
+	stopConsole, err := startDevConsole(ctx, s.stderr, conn, o.console, log.With("part", "console"))
+	if err != nil {
+		return err
+	}
+	defer stopConsole()
 	glog := log.With("part", "gateway")
 	gopts := o.options(pb.NewCoordinatorServiceClient(conn), glog)
 	if gopts.Authenticator, err = o.authenticator(glog); err != nil {
 		return err
 	}
 	g := gateway.New(gopts)
-	return serveGateway(ctx, s, g, &o.gatewayFlags)
+	return flagForPort(serveGateway(ctx, s, g, &o.gatewayFlags), "http", o.http)
 }
 
 // startDevWorker starts the demo worker and waits until it has attached.
