@@ -155,7 +155,7 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 // beside them, until ctx is done. sopts add to the server's options
 // (transport security).
 func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, sopts []grpc.ServerOption, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
-	gs := grpc.NewServer(append(grpcserver.Options(log, srv.Registry()), sopts...)...)
+	gs := grpcserver.New(log, srv.Registry(), grpcserver.Keepalive{}, sopts...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

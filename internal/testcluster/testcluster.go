@@ -4,6 +4,7 @@ package testcluster
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -15,10 +16,18 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
-// Coordinator is a replica serving gRPC on loopback.
+// TestKeepalive is the keepalive of the servers tests start: a silent
+// client is dropped within 2 s.
+var TestKeepalive = grpcserver.Keepalive{Time: time.Second, Timeout: time.Second}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// Coordinator is a replica serving gRPC on loopback, built by the
+// production constructor so tests run the production interceptors.
 type Coordinator struct {
 	Addr   string
 	Server *coordinator.Server
@@ -37,7 +46,8 @@ func StartCoordinator(t testing.TB, cli *clientv3.Client, opts coordinator.Optio
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Coordinator{Addr: lis.Addr().String(), Server: coordinator.New(opts), grpc: grpc.NewServer(), done: make(chan error, 2)}
+	srv := coordinator.New(opts)
+	c := &Coordinator{Addr: lis.Addr().String(), Server: srv, grpc: grpcserver.New(discard, srv.Registry(), TestKeepalive), done: make(chan error, 2)}
 	pb.RegisterCoordinatorServiceServer(c.grpc, c.Server)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
@@ -99,6 +109,7 @@ func StartWorker(t testing.TB, opts worker.Options, register func(*worker.Worker
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
+	opts.ServerOptions = append(TestKeepalive.ServerOptions(), opts.ServerOptions...)
 	w := &Worker{Worker: worker.New(opts), Addr: lis.Addr().String(), done: make(chan error, 1)}
 	register(w.Worker)
 	ctx, cancel := context.WithCancel(context.Background())
