@@ -63,8 +63,9 @@ type Server struct {
 	attached  *attachments
 	metrics   *metrics
 
-	ready chan struct{}
-	bg    sync.WaitGroup // stream receivers that outlive their handlers briefly
+	ready  chan struct{}
+	bg     sync.WaitGroup // stream receivers that outlive their handlers briefly
+	leases sync.WaitGroup // workerLease goroutines, until orphaned or closed
 }
 
 var _ pb.CoordinatorServiceServer = (*Server)(nil)
@@ -138,6 +139,7 @@ func (s *Server) Run(ctx context.Context) error {
 	err := g.Wait()
 	s.attached.closeAll()
 	s.bg.Wait()
+	s.leases.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

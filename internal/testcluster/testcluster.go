@@ -41,13 +41,19 @@ type Coordinator struct {
 // StartCoordinator starts a replica and waits until it serves.
 func StartCoordinator(t testing.TB, cli *clientv3.Client, opts coordinator.Options) *Coordinator {
 	t.Helper()
+	return StartCoordinatorKeepalive(t, cli, opts, TestKeepalive)
+}
+
+// StartCoordinatorKeepalive starts a replica whose server uses ka.
+func StartCoordinatorKeepalive(t testing.TB, cli *clientv3.Client, opts coordinator.Options, ka grpcserver.Keepalive) *Coordinator {
+	t.Helper()
 	opts.Client = cli
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := coordinator.New(opts)
-	c := &Coordinator{Addr: lis.Addr().String(), Server: srv, grpc: grpcserver.New(discard, srv.Registry(), TestKeepalive), done: make(chan error, 2)}
+	c := &Coordinator{Addr: lis.Addr().String(), Server: srv, grpc: grpcserver.New(discard, srv.Registry(), ka), done: make(chan error, 2)}
 	pb.RegisterCoordinatorServiceServer(c.grpc, c.Server)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
