@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -55,6 +56,7 @@ func StartCoordinatorKeepalive(t testing.TB, cli *clientv3.Client, opts coordina
 	srv := coordinator.New(opts)
 	c := &Coordinator{Addr: lis.Addr().String(), Server: srv, grpc: grpcserver.New(discard, srv.Registry(), ka), done: make(chan error, 2)}
 	pb.RegisterCoordinatorServiceServer(c.grpc, c.Server)
+	healthgrpc.RegisterHealthServer(c.grpc, c.Server.Health())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	go func() { c.done <- c.Server.Run(ctx) }()
