@@ -29,6 +29,10 @@ func TestBeginRefusedInClosedSession(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || coordinator.ErrorReason(err) != "SESSION_CLOSED" {
 		t.Fatalf("begin in a closed session = %v, want FAILED_PRECONDITION SESSION_CLOSED", err)
 	}
+	_, err = e.c.OpenSession(t.Context(), &pb.OpenSessionRequest{Session: &pb.Session{SessionId: sid, Principal: "alice"}})
+	if coordinator.ErrorReason(err) != "DUPLICATE_REQUEST_ID" {
+		t.Fatalf("opening the closed session again = %v, want it refused", err)
+	}
 	if got := outcomes(e.audits(t, running.CallId)); len(got) != 1 || got[0] != "cancelled" {
 		t.Fatalf("audit of the running call = %v, want [cancelled]", got)
 	}

@@ -78,8 +78,11 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	k := s.keys.session(rec.SessionID)
-	resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, encode(&rec), clientv3.WithLease(lease))).Commit()
+	// A closed session's id is not opened again: Begin refuses its calls.
+	resp, err := s.cli.Txn(octx).If(
+		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.keys.sessionClosed(SessionScopePrefix+rec.SessionID)), "=", 0),
+	).Then(clientv3.OpPut(k, encode(&rec), clientv3.WithLease(lease))).Commit()
 	if err != nil {
 		return nil, toStatus(etcdErr(octx, "open session", err))
 	}
