@@ -189,16 +189,12 @@ func (a *Admin) operatorCancel(ctx context.Context, req *pb.OperatorCancelReques
 		return nil, err
 	}
 	d := decision{state: stateCancelled, initiator: InitiatorName(pb.Initiator_INITIATOR_OPERATOR), reason: reason}
-	state, err := a.s.settle(ctx, rec, kv, d)
+	v, err := a.s.settle(ctx, rec, kv, d)
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.OperatorCancelResponse{Result: cancelResults[state], Reason: reason}
-	if state != won {
-		if cur, _, err := a.s.getCall(ctx, rec.CallID); err == nil {
-			out.WinnerInitiator, out.WinnerReason = initiatorFromName(cur.Initiator), cur.Reason
-		}
-	}
+	out := &pb.OperatorCancelResponse{Result: cancelResults[v.result], Reason: reason}
+	out.WinnerInitiator, out.WinnerReason = v.winner()
 	return out, nil
 }
 

@@ -176,18 +176,24 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	wk := s.keys.worker(w.name)
+	closed := s.keys.sessionClosed(rec.Scope)
+	begun := encode(rec)
 	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
+		// A session closed on another replica takes no new calls.
+		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
 	).Then(
-		clientv3.OpPut(s.keys.call(rec.CallID), encode(rec), clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.call(rec.CallID), begun, clientv3.WithLease(lease)),
 		// The index holds the record as begun, so a cancel resolves it
 		// in one read; the fence (its revision) proves it still current.
-		clientv3.OpPut(idx, encode(rec), clientv3.WithLease(lease)),
+		clientv3.OpPut(idx, begun, clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.runningOf(rec), begun, clientv3.WithLease(lease)),
 		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
 	).Else(
 		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
 		clientv3.OpGet(idx),
+		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -199,6 +205,9 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 		return resp.Header.Revision, nil
 	}
 	wkv, ikv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+		return 0, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
+	}
 	if len(wkv) == 0 || wkv[0].CreateRevision != w.createRev {
 		return 0, errWorkerGone
 	}
@@ -265,6 +274,56 @@ func (s *Server) resolve(ctx context.Context, key *pb.CallKey, opts ...clientv3.
 	return rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: idx.ModRevision, ModRevision: idx.ModRevision}, nil
 }
 
+// resolveRunning finds a running call in the scope's running set, by one
+// serializable read. A member that lags may still list a call that has
+// settled; the decision's guard finds that out.
+func (s *Server) resolveRunning(ctx context.Context, key *pb.CallKey) (*callRecord, *mvccpb.KeyValue, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.keys.running(key), clientv3.WithSerializable())
+	if err != nil {
+		return nil, nil, etcdErr(ctx, "resolve", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, ErrUnknownCall
+	}
+	return s.asBegun(resp.Kvs[0])
+}
+
+// asBegun is the call of a running-set entry, with the version of the call
+// key it had when begun.
+func (s *Server) asBegun(kv *mvccpb.KeyValue) (*callRecord, *mvccpb.KeyValue, error) {
+	rec, err := decode[callRecord]("running", kv.Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	fence := kv.CreateRevision
+	return rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: fence, ModRevision: fence}, nil
+}
+
+// resolveNow finds the call under key linearizably: the running call, if
+// there is one, else the latest call under the key, as it is now.
+func (s *Server) resolveNow(ctx context.Context, key *pb.CallKey) (*callRecord, *mvccpb.KeyValue, error) {
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Txn(octx).Then(clientv3.OpGet(s.keys.running(key)), clientv3.OpGet(s.keys.index(key))).Commit()
+	cancel()
+	if err != nil {
+		return nil, nil, etcdErr(octx, "resolve", err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return s.asBegun(kvs[0])
+	}
+	ikv := resp.Responses[1].GetResponseRange().Kvs
+	if len(ikv) == 0 {
+		return nil, nil, ErrUnknownCall
+	}
+	begun, err := decode[callRecord]("index", ikv[0].Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.getCall(ctx, begun.CallID)
+}
+
 // Cancel implements CoordinatorService.Cancel.
 func (s *Server) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	resp, err := s.cancel(ctx, req)
@@ -297,11 +356,12 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 			return nil, err
 		}
 		d.stoppedAt = optTime(req.GetStoppedAt())
-		state, err := s.settle(ctx, rec, kv, d)
+		d.owner = true
+		v, err := s.settle(ctx, rec, kv, d)
 		if err != nil {
 			return nil, err
 		}
-		return &pb.CancelResponse{Result: cancelResults[state], CallId: rec.CallID}, nil
+		return cancelReply(v, rec.CallID), nil
 	default:
 		return nil, invalid("cancel needs a key or a call")
 	}
@@ -318,28 +378,35 @@ func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal strin
 	if err := validateCallKey(key); err != nil {
 		return nil, err
 	}
-	state, id, err := s.cancelResolved(ctx, key, principal, d, true)
-	if err == nil && state == won {
-		return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
+	v, id, err := s.cancelResolved(ctx, key, principal, d, true)
+	if err == nil && v.result == won {
+		return cancelReply(v, id), nil
 	}
 	if err != nil && !errors.Is(err, ErrUnknownCall) {
 		return nil, err
 	}
 	d.late = true
-	state, id, err = s.cancelResolved(ctx, key, principal, d, false)
+	v, id, err = s.cancelResolved(ctx, key, principal, d, false)
 	if errors.Is(err, ErrUnknownCall) {
 		return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
+	return cancelReply(v, id), nil
+}
+
+// cancelReply answers a cancel, naming the decision that won if it lost.
+func cancelReply(v verdict, id string) *pb.CancelResponse {
+	who, why := v.winner()
+	return &pb.CancelResponse{Result: cancelResults[v.result], CallId: id, WinnerInitiator: who, WinnerReason: why}
 }
 
 // cancelResolved finds the call under key and settles it. A guess takes
-// the cached record or a serializable read; otherwise the read is
-// linearizable.
-func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, guess bool) (settled, string, error) {
+// the cached record or a serializable read of the running set; otherwise
+// the reads are linearizable, and a call found settled costs no
+// transaction unless its cancel_lost record is due.
+func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, guess bool) (verdict, string, error) {
 	var rec *callRecord
 	var kv *mvccpb.KeyValue
 	var err error
@@ -348,18 +415,18 @@ func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal 
 	case guess && cached:
 		rec, kv = c.rec, c.kv(s.keys)
 	case guess:
-		rec, kv, err = s.resolve(ctx, key, clientv3.WithSerializable())
+		rec, kv, err = s.resolveRunning(ctx, key)
 	default:
-		rec, kv, err = s.resolve(ctx, key)
+		rec, kv, err = s.resolveNow(ctx, key)
 	}
 	if err != nil {
-		return 0, "", err
+		return verdict{}, "", err
 	}
 	if (principal != "" && rec.Principal != principal) || rec.Scope != key.GetScope() {
-		return 0, "", ErrUnknownCall // another principal's call is not in this caller's reach
+		return verdict{}, "", ErrUnknownCall // another principal's call is not in this caller's reach
 	}
-	state, err := s.settle(ctx, rec, kv, d)
-	return state, rec.CallID, err
+	v, err := s.settle(ctx, rec, kv, d)
+	return v, rec.CallID, err
 }
 
 var cancelResults = map[settled]pb.CancelResult{
@@ -418,11 +485,12 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		t := s.now()
 		stopped = &t
 	}
-	state, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped})
+	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.CompleteResponse{Result: settleResults[state]}, nil
+	who, why := v.winner()
+	return &pb.CompleteResponse{Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil
 }
 
 // Fail implements CoordinatorService.Fail.
@@ -432,6 +500,7 @@ func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailRespons
 		initiator: InitiatorName(req.GetInitiator()),
 		reason:    SanitizeReason(req.GetReason()),
 		stoppedAt: optTime(req.GetStoppedAt()),
+		owner:     true,
 	}
 	if d.initiator == "" {
 		return nil, toStatus(invalid("initiator is required"))
@@ -440,11 +509,12 @@ func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailRespons
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	state, err := s.settle(ctx, rec, kv, d)
+	v, err := s.settle(ctx, rec, kv, d)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.FailResponse{Result: settleResults[state]}, nil
+	who, why := v.winner()
+	return &pb.FailResponse{Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil
 }
 
 // decision is one attempt to move a call out of RUNNING.
@@ -461,6 +531,29 @@ type decision struct {
 	// late says a client's cancellation that loses is audited once as
 	// cancel_lost.
 	late bool
+	// owner says the call's own worker (or gateway, by call reference)
+	// decides: the same decision found already made is its own earlier
+	// attempt, whose reply was lost after it committed.
+	owner bool
+}
+
+// madeBy says whether rec was settled by d: d's earlier attempt.
+func (d decision) madeBy(rec *callRecord) bool {
+	return d.owner && rec.State == d.state && rec.Initiator == d.initiator && rec.Reason == d.reason
+}
+
+// verdict is what settle decided: won, or lost to the decision in by.
+type verdict struct {
+	result settled
+	by     *callRecord // the call as settled, when the decision lost
+}
+
+// winner names who decided a call that d lost to cancellation or failure.
+func (v verdict) winner() (pb.Initiator, string) {
+	if v.by == nil || v.result == won || v.result == alreadyCompleted {
+		return pb.Initiator_INITIATOR_UNSPECIFIED, ""
+	}
+	return initiatorFromName(v.by.Initiator), v.by.Reason
 }
 
 type settled int
@@ -481,27 +574,31 @@ var lostTo = map[string]settled{
 // settle moves a running call to d.state in one transaction guarded by the
 // fence, writing the audit record in the same transaction. If another
 // decision got there first it reports which, and for a client's late
-// cancellation writes the one cancel_lost record.
-func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (settled, error) {
+// cancellation writes the one cancel_lost record. An owner's decision
+// found already made is its own retried one, and won.
+func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (verdict, error) {
 	for range 3 {
 		if rec.State != stateRunning {
+			if d.madeBy(rec) {
+				return verdict{result: won}, nil
+			}
 			if d.late && rec.State != stateCancelled && !rec.CancelLost {
 				if err := s.recordLost(ctx, rec, kv, d); err != nil {
-					return 0, err
+					return verdict{}, err
 				}
 			}
-			return lostTo[rec.State], nil
+			return verdict{result: lostTo[rec.State], by: rec}, nil
 		}
 		cur, err := s.settleTxn(ctx, rec, kv, d)
 		if err != nil || cur == nil {
-			return won, err
+			return verdict{result: won}, err
 		}
 		if rec, err = decode[callRecord]("call", cur.Value); err != nil {
-			return 0, err
+			return verdict{}, err
 		}
 		kv = cur
 	}
-	return 0, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
+	return verdict{}, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
 }
 
 // decide returns the guard and the writes that settle a running call as d
@@ -521,6 +618,7 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
 		clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, d.stoppedAt)), clientv3.WithLease(lease)),
 		ownerOp,
+		clientv3.OpDelete(s.keys.runningOf(rec)),
 	}
 }
 
