@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
@@ -116,7 +115,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	}
 	defer stopConsole()
 	glog := log.With("part", "gateway")
-	gopts := o.options(pb.NewCoordinatorServiceClient(conn), glog)
+	gopts := o.options(conn, glog)
 	if gopts.Authenticator, err = o.authenticator(glog); err != nil {
 		return err
 	}
