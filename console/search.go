@@ -17,7 +17,7 @@ import (
 
 // Choices the search form offers.
 var (
-	outcomes   = []string{"completed", "cancelled", "failed", "cancel_lost"}
+	outcomes   = []string{"completed", "tool_error", "cancelled", "failed", "cancel_lost"}
 	initiators = []string{"client", "timeout", "disconnect", "shutdown", "operator", "worker_lost", "tool"}
 )
 

@@ -40,7 +40,7 @@ SIGTERM ends it with status 0). With --since, it first prints the records
 settled that recently. With --json, one JSON object per line.`
 
 // auditOutcomes are the outcomes --outcome accepts.
-var auditOutcomes = []string{"completed", "cancelled", "failed", "cancel_lost"}
+var auditOutcomes = []string{"completed", "tool_error", "cancelled", "failed", "cancel_lost"}
 
 // auditInitiators are the initiators --initiator accepts.
 var auditInitiators = []string{"client", "timeout", "disconnect", "shutdown", "operator", "worker_lost", "tool"}
