@@ -41,7 +41,7 @@ func FuzzCheckHeaders(f *testing.F) {
 				r.Header.Set(k, v)
 			}
 		}
-		checkHeaders(r, m)
+		(&Gateway{}).checkHeaders(r, m) // no tool list: Mcp-Param headers are not checked
 	})
 }
 
