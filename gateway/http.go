@@ -376,7 +376,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 	}
 	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
 	s.modern = true
-	if e, status := s.precheck(m); e != nil {
+	if e, status := s.precheck(r.Context(), m); e != nil {
 		writeErrorResponse(w, status, m.ID, true, e)
 		return
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -79,7 +80,7 @@ func (e envelope) check() *jsonrpc.Error {
 // precheck applies the rules a 2026-07-28 request must pass before it is
 // handled. It returns the error to answer and the HTTP status to answer
 // it with, or nil.
-func (s *session) precheck(m *jsonrpc.Message) (*jsonrpc.Error, int) {
+func (s *session) precheck(ctx context.Context, m *jsonrpc.Message) (*jsonrpc.Error, int) {
 	env := parseEnvelope(m.Params)
 	if e := env.check(); e != nil {
 		return e, http.StatusBadRequest
@@ -88,7 +89,7 @@ func (s *session) precheck(m *jsonrpc.Message) (*jsonrpc.Error, int) {
 		return jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s was removed in %s", m.Method, Version20260728), http.StatusNotFound
 	}
 	if m.Method == "tools/call" {
-		if e := s.missingCapabilities(m.Params, env.caps); e != nil {
+		if e := s.missingCapabilities(ctx, m.Params, env.caps); e != nil {
 			return e, http.StatusBadRequest
 		}
 	}
@@ -97,14 +98,14 @@ func (s *session) precheck(m *jsonrpc.Message) (*jsonrpc.Error, int) {
 
 // missingCapabilities answers a call of a tool that needs client
 // capabilities the request did not declare.
-func (s *session) missingCapabilities(params json.RawMessage, declared map[string]json.RawMessage) *jsonrpc.Error {
+func (s *session) missingCapabilities(ctx context.Context, params json.RawMessage, declared map[string]json.RawMessage) *jsonrpc.Error {
 	var p struct {
 		Name string `json:"name"`
 	}
 	if json.Unmarshal(params, &p) != nil {
 		return nil // handleCall answers malformed params
 	}
-	t := s.g.knownTool(p.Name)
+	t := s.g.knownTool(ctx, p.Name)
 	if t == nil {
 		return nil
 	}
@@ -130,14 +131,14 @@ func (s *session) missingCapabilities(params json.RawMessage, declared map[strin
 	}
 }
 
-// knownTool finds a tool in the watched list; nil if unknown or the list
-// has not arrived yet.
-func (g *Gateway) knownTool(name string) *pb.Tool {
-	t := g.tools.Load()
-	if t == nil {
+// knownTool finds a tool that live workers offer; nil if none does (or
+// the coordinator cannot say, when the call fails on its own).
+func (g *Gateway) knownTool(ctx context.Context, name string) *pb.Tool {
+	tools, err := g.listTools(ctx)
+	if err != nil {
 		return nil
 	}
-	for _, tool := range *t {
+	for _, tool := range tools {
 		if tool.GetName() == name {
 			return tool
 		}

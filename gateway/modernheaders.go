@@ -126,7 +126,7 @@ func (g *Gateway) checkParamHeaders(r *http.Request, params json.RawMessage) *js
 	if json.Unmarshal(params, &p) != nil {
 		return nil
 	}
-	t := g.knownTool(p.Name)
+	t := g.knownTool(r.Context(), p.Name)
 	if t == nil {
 		return nil
 	}

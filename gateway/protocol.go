@@ -35,7 +35,7 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		s.mu.Unlock()
 	}
 	if s.isModern() {
-		if e, _ := s.precheck(m); e != nil {
+		if e, _ := s.precheck(ctx, m); e != nil {
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 			return
 		}
