@@ -3,12 +3,14 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"maps"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
@@ -279,4 +281,54 @@ func TestModernEmptyCatalogue(t *testing.T) {
 	if !bytes.Contains(msgs[0].Error.Data, []byte(uri)) {
 		t.Errorf("resource-not-found data %s does not name %s", msgs[0].Error.Data, uri)
 	}
+}
+
+func TestModernListenTagsSubscriptionID(t *testing.T) {
+	url := fixtureURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	b, _ := json.Marshal(request("listen:0", "subscriptions/listen", map[string]any{
+		"_meta": envelope(map[string]any{}), "notifications": map[string]any{"toolsListChanged": true},
+	}))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range modernHeaders("subscriptions/listen", "") {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := bufio.NewScanner(resp.Body)
+	next := func() rpcMsg {
+		t.Helper()
+		for events.Scan() {
+			if data, ok := strings.CutPrefix(events.Text(), "data: "); ok {
+				var m rpcMsg
+				json.Unmarshal([]byte(data), &m)
+				return m
+			}
+		}
+		t.Fatalf("listen stream ended: %v", events.Err())
+		return rpcMsg{}
+	}
+	tagged := func(m rpcMsg, method string) {
+		t.Helper()
+		var p struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		}
+		json.Unmarshal(m.Params, &p)
+		if m.Method != method || string(p.Meta["io.modelcontextprotocol/subscriptionId"]) != `"listen:0"` {
+			t.Fatalf("got %s %s; want %s tagged with subscriptionId \"listen:0\"", m.Method, m.Params, method)
+		}
+	}
+	tagged(next(), "notifications/subscriptions/acknowledged") // first, and tagged too
+	status, msgs := post26(t, url, request(1, "tools/call", map[string]any{"name": "test_trigger_tool_change", "arguments": map[string]any{}, "_meta": envelope(map[string]any{})}),
+		modernHeaders("tools/call", "test_trigger_tool_change"))
+	if status != http.StatusOK || len(msgs) == 0 || msgs[len(msgs)-1].Result == nil {
+		t.Fatalf("trigger: status %d, %+v", status, msgs)
+	}
+	tagged(next(), "notifications/tools/list_changed")
 }
