@@ -28,6 +28,13 @@ import (
 // gateway's MCP URL.
 func fixtureURL(t *testing.T) string {
 	t.Helper()
+	_, url := fixtureGateway(t)
+	return url
+}
+
+// fixtureGateway is fixtureURL's gateway, and its URL.
+func fixtureGateway(t *testing.T) (*gateway.Gateway, string) {
+	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "fixtures"}, func(w *worker.Worker) {
@@ -39,8 +46,7 @@ func fixtureURL(t *testing.T) string {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) > 10
 	})
-	_, url := testcluster.StartGateway(t, c, gateway.Options{})
-	return url
+	return testcluster.StartGateway(t, c, gateway.Options{})
 }
 
 // envelope is a complete 2026-07-28 _meta; caps are the client's.

@@ -39,6 +39,11 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 			return
 		}
+		s.fanout() // from now on, changes reach this client only on its listens
+	}
+	if m.Method == "subscriptions/listen" { // HTTP serves its own listens
+		s.listenStdio(m, reply)
+		return
 	}
 	if m.Method == "tools/call" {
 		s.handleCall(m, reply)
