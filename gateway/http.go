@@ -507,7 +507,7 @@ func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	out := h.g.newSSE(w)
 	defer out.close()
-	tagged := listenSink{out: out, id: rawJSON(m.ID)}
+	tagged := &listenSink{out: out, id: rawJSON(m.ID)}
 	granted := map[string]any{}
 	if p.Notifications.ToolsListChanged {
 		granted["toolsListChanged"] = true

@@ -183,9 +183,9 @@ type listenSink struct {
 	id  json.RawMessage
 }
 
-func (l listenSink) send(msg []byte) bool { return l.out.send(tagSubscription(msg, l.id)) }
+func (l *listenSink) send(msg []byte) bool { return l.out.send(tagSubscription(msg, l.id)) }
 
-func (l listenSink) sendLatest(key string, msg []byte) bool {
+func (l *listenSink) sendLatest(key string, msg []byte) bool {
 	return l.out.sendLatest(key, tagSubscription(msg, l.id))
 }
 

@@ -96,7 +96,7 @@ func (s *session) listenStdio(m *jsonrpc.Message, reply sink) {
 		f.subs[m.ID.Key()] = id
 		f.mu.Unlock()
 	}
-	listenSink{out: reply, id: id}.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
+	(&listenSink{out: reply, id: id}).send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
 }
 
 // endListen closes the subscription a notifications/cancelled names, if
