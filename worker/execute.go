@@ -407,7 +407,12 @@ func (w *Worker) settle(ctx context.Context, rpc func(context.Context) error) er
 	defer cancel()
 	wait := 20 * time.Millisecond
 	for {
-		err := rpc(ctx)
+		// Each attempt has its own deadline: a reply lost on the way back
+		// must not hold the call until settleTimeout, when a retry would be
+		// recognised as the decision that already won.
+		actx, acancel := context.WithTimeout(ctx, settleAttemptTimeout)
+		err := rpc(actx)
+		acancel()
 		if err == nil {
 			return nil
 		}
@@ -429,3 +434,7 @@ func (w *Worker) settle(ctx context.Context, rpc func(context.Context) error) er
 // settleTimeout bounds how long a worker keeps trying to reach a
 // coordinator to settle one call.
 const settleTimeout = 30 * time.Second
+
+// settleAttemptTimeout bounds one attempt: a commit takes milliseconds,
+// so an attempt past this has lost its reply or its replica.
+const settleAttemptTimeout = 2 * time.Second
