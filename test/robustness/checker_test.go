@@ -10,9 +10,10 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-// goodHistory is one completed call, one cancelled call, and one call
-// lost with its worker and completed by its retry, all seen correctly by
-// their clients.
+// goodHistory is one completed call, one cancelled call, one call lost
+// with its worker and completed by its retry, and one cancelled by its
+// worker's drain and answered with an error, all seen correctly by their
+// clients.
 func goodHistory() *History {
 	return &History{
 		LeaseTTL: 2 * time.Second, Slack: time.Second,
@@ -23,6 +24,8 @@ func goodHistory() *History {
 				CancelSent: at(40), Progress: []time.Time{at(20)}},
 			{Ref: "retried", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("3"), Tool: "sleep", Sent: at(0),
 				Progress: []time.Time{at(400)}, Responses: []Response{{At: at(600), Kind: "result", Text: "slept 0.3s"}}},
+			{Ref: "drained", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("4"), Tool: "sleep", Sent: at(0),
+				Responses: []Response{{At: at(310), Kind: "error_result", Text: "the worker shut down"}}},
 		},
 		Server: map[string]*ServerCall{
 			"a": {CallID: "a", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("1"), Deadline: at(5000),
@@ -38,6 +41,9 @@ func goodHistory() *History {
 				Requested: at(300), RetryOf: "c",
 				States: []StateChange{{State: "running", Revision: 8}, {State: "completed", Settled: at(590), Revision: 9}},
 				Audits: []Audit{{Outcome: "completed", Settled: at(590), Key: "k5"}}},
+			"e": {CallID: "e", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("4"), Tool: "sleep", Worker: "w2", Deadline: at(5000),
+				States: []StateChange{{State: "running", Revision: 10}, {State: "cancelled", Initiator: "shutdown", Settled: at(300), Revision: 11}},
+				Audits: []Audit{{Outcome: "cancelled", Initiator: "shutdown", Settled: at(300), Key: "k6"}}},
 		},
 		InFlight: map[string]int{"w0": 0},
 		Listed:   map[string][]string{"a": {"completed"}},
@@ -105,6 +111,37 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 			h.Client[2].Progress = append(h.Client[2].Progress, at(150))
 		}, VBadRetry},
 		{"retry of no call", func(h *History) { delete(h.Server, "c") }, VBadRetry},
+		{"a result for a call cancelled by a drain", func(h *History) {
+			h.Client[3].Responses = []Response{{At: at(310), Kind: "result", Text: "slept 1s"}}
+		}, VResponseMismatch},
+		{"cancelled by a drain, the client never answered", func(h *History) {
+			h.Client[3].Responses = nil
+		}, VUnanswered},
+		{"cancelled by a drain, the client gave up waiting", func(h *History) {
+			h.Client[3].Responses = nil
+			h.Client[3].CancelSent, h.Client[3].TimedOut = at(300+20000), true
+		}, VUnanswered},
+		{"failed by the janitor, answered only by the gateway's timeout", func(h *History) {
+			s := h.Server["a"]
+			s.States[1].State, s.States[1].Initiator, s.Audits[0].Outcome = "failed", "worker_lost", "failed"
+			h.Listed = nil
+			h.Client[0].Responses = []Response{{At: at(100 + 13000), Kind: "error_result", Text: "timed out"}}
+		}, VUnanswered},
+		{"completed, the client gave up waiting for the result", func(h *History) {
+			h.Client[0].Responses = nil
+			h.Client[0].CancelSent, h.Client[0].TimedOut = at(100+20000), true
+		}, VUnanswered},
+		{"refused at Begin, no error reached the client", func(h *History) {
+			delete(h.Server, "a")
+			h.Listed = nil
+			h.Client[0].Responses = nil
+		}, VUnanswered},
+		{"a fault's probe answered past its bound", func(h *History) {
+			h.Client[3].Probe, h.Client[3].AnswerBy = "drain_worker", at(305)
+		}, VUnanswered},
+		{"a fault's probe decided past its bound", func(h *History) {
+			h.Client[3].Probe, h.Client[3].DecideBy = "slow_reader", at(250)
+		}, VProbeLate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := goodHistory()
