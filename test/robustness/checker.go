@@ -45,6 +45,7 @@ const (
 	VBadRetry            = "bad_retry"
 	VUnanswered          = "unanswered"
 	VProbeLate           = "probe_late"
+	VNotLinearizable     = "not_linearizable"
 )
 
 // Terminal call states.
@@ -306,6 +307,9 @@ func checkAnswered(h *History, c *ClientCall, s *ServerCall) []Violation {
 	final := s.Final()
 	if !c.DecideBy.IsZero() && (final.Settled.IsZero() || final.Settled.After(c.DecideBy)) {
 		bad(VProbeLate, "probe of %s: decided %v after it was sent, past its bound of %v", c.Probe, final.Settled.Sub(c.Sent), c.DecideBy.Sub(c.Sent))
+	}
+	if c.WantResult && final.State == stCompleted && (resp == nil || resp.Kind != "result") {
+		bad(VLostResponse, "probe of %s: the call COMPLETED but its client did not get the result", c.Probe)
 	}
 	if final.State == stRunning || final.Settled.IsZero() {
 		return vs // left_running says it

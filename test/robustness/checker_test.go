@@ -139,6 +139,10 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 		{"a fault's probe answered past its bound", func(h *History) {
 			h.Client[3].Probe, h.Client[3].AnswerBy = "drain_worker", at(305)
 		}, VUnanswered},
+		{"a lost Complete reply's probe got the gateway's error, not the result", func(h *History) {
+			h.Client[0].Probe, h.Client[0].WantResult = "lost_complete_reply", true
+			h.Client[0].Responses = []Response{{At: at(110), Kind: "error_result", Text: "the result was lost"}}
+		}, VLostResponse},
 		{"a fault's probe decided past its bound", func(h *History) {
 			h.Client[3].Probe, h.Client[3].DecideBy = "slow_reader", at(250)
 		}, VProbeLate},

@@ -36,11 +36,14 @@ type ClientCall struct {
 	// Probe names the fault a call was made to probe; AnswerBy and
 	// DecideBy, when set, are that fault's bounds: the client holds an
 	// answer, and the call is decided, by then.
-	Probe     string      `json:"probe,omitempty"`
-	AnswerBy  time.Time   `json:"answer_by,omitzero"`
-	DecideBy  time.Time   `json:"decide_by,omitzero"`
-	Progress  []time.Time `json:"progress,omitempty"`
-	Responses []Response  `json:"responses,omitempty"`
+	Probe string `json:"probe,omitempty"`
+	// WantResult says the probe's call, if it completed, must bring its
+	// result, not the gateway's "result was lost" error.
+	WantResult bool        `json:"want_result,omitempty"`
+	AnswerBy   time.Time   `json:"answer_by,omitzero"`
+	DecideBy   time.Time   `json:"decide_by,omitzero"`
+	Progress   []time.Time `json:"progress,omitempty"`
+	Responses  []Response  `json:"responses,omitempty"`
 }
 
 // Response is one response on the wire for a call.
@@ -55,6 +58,7 @@ type Response struct {
 // its record, and every audit record naming it.
 type ServerCall struct {
 	CallID    string          `json:"call_id"`
+	Scope     string          `json:"scope"`
 	Principal string          `json:"principal"`
 	Gateway   string          `json:"gateway"`
 	RequestID json.RawMessage `json:"request_id"`
