@@ -12,21 +12,24 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
 // cancelTimeout bounds one Cancel round trip to the coordinator.
 const cancelTimeout = 10 * time.Second
 
-// Gate states. A call leaves running exactly once: to responding (then
-// done) when its response goes out, or to cancelled when a cancellation
-// won. Progress goes out only while running.
+// Gate states. A call leaves running (or cancelling) exactly once: to
+// answered when its one response is queued, or to cancelled when the
+// client's own cancellation won, after which nothing goes out. From the
+// moment the gateway decides to ask for a cancel the call is cancelling:
+// no more progress or logs, though a result or error that wins the race
+// still goes out.
 const (
 	running = iota
-	responding
-	done
+	cancelling
+	answered
 	cancelled
 )
 
@@ -169,8 +172,8 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	})
 	if err != nil {
 		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "tool", p.Name, "call", lost.GetCallId(), "err", err)
-		switch coordinator.ErrorReason(err) {
-		case "NOT_RETRYABLE", "NO_CAPACITY", "UNKNOWN_TOOL", "INVALID_ARGUMENT":
+		switch client.Kind(err) {
+		case client.ErrNotRetryable, client.ErrNoCapacity, client.ErrUnknownTool, client.ErrInvalidArgument:
 		default:
 			c.failLostBegin() // the retry may exist though its reply was lost
 		}
@@ -194,14 +197,14 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 // was cancelled meanwhile.
 func (c *call) beginFailed(err error, tool string) {
 	c.setOutcome(outcomeRejected)
-	switch coordinator.ErrorReason(err) {
-	case "UNKNOWN_TOOL":
+	switch client.Kind(err) {
+	case client.ErrUnknownTool:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
-	case "DUPLICATE_REQUEST_ID":
+	case client.ErrDuplicate:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
-	case "NO_CAPACITY":
+	case client.ErrNoCapacity:
 		c.respond(c.result(toolError("every worker offering %s is busy; try again shortly", tool)))
-	case "INVALID_ARGUMENT":
+	case client.ErrInvalidArgument:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	default:
 		// The coordinator or etcd went away, perhaps after committing
@@ -235,7 +238,7 @@ func (c *call) failLostBegin() {
 			})
 		}
 		cancel()
-		if err == nil || coordinator.ErrorReason(err) == "UNKNOWN_CALL" {
+		if err == nil || client.Is(err, client.ErrUnknownCall) {
 			return
 		}
 		t := time.NewTimer(wait)
@@ -257,7 +260,9 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
-	ctx, stop := context.WithCancel(g.base)
+	// The stream is bounded: a worker that goes silent past the call's
+	// deadline (and the cancel that the deadline sends) is lost.
+	ctx, stop := context.WithDeadline(g.base, begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
 	defer stop()
 	c.mu.Lock()
 	c.stopExec = stop
@@ -265,6 +270,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
+		Worker: begun.GetWorker(), Principal: c.s.principal,
 	})
 	if err != nil {
 		return c.lost(begun, err)
@@ -302,7 +308,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 			c.respond(c.result(toolError("%s", msg)))
 			return ""
 		case *pb.ExecuteResponse_Cancelled:
-			c.cancelledBy(e.Cancelled.GetInitiator())
+			c.cancelledBy(e.Cancelled.GetInitiator(), e.Cancelled.GetReason())
 			return ""
 		}
 	}
@@ -331,7 +337,7 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)
 		c.respond(c.result(toolError(workerLost)))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
-		c.cancelledBy(pb.Initiator_INITIATOR_UNSPECIFIED)
+		c.cancelledBy(resp.GetWinnerInitiator(), resp.GetWinnerReason())
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
 		c.respond(c.result(toolError("the tool completed but its result was lost on the way back")))
 	default:
@@ -349,7 +355,7 @@ func (c *call) requestCancel(who pb.Initiator, reason string) {
 		return
 	}
 	o := &cancelOrder{who: who, reason: reason}
-	c.pending = o
+	c.pending, c.state = o, cancelling
 	begun := c.begun
 	c.mu.Unlock()
 	if begun != nil {
@@ -368,38 +374,64 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 	})
 	if err != nil {
 		g.log.Warn("cancel failed", "scope", c.s.scope, "id", c.idText(), "err", err)
-		c.mu.Lock()
-		c.pending = nil // let a later cancel try again
-		c.mu.Unlock()
+		c.cancelUndecided()
 		return false
 	}
 	if o.who == pb.Initiator_INITIATOR_CLIENT {
 		g.metrics.cancel(cancelResultLabel(resp.GetResult()))
 	}
-	if resp.GetResult() != pb.CancelResult_CANCEL_RESULT_CANCELLED {
-		return false // completion (or failure) won; its answer goes out
+	switch resp.GetResult() {
+	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
+		c.cancelledBy(o.who, o.reason)
+		return true
+	case pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED:
+		c.cancelledBy(resp.GetWinnerInitiator(), resp.GetWinnerReason())
+		return true
 	}
-	c.cancelledBy(o.who)
-	return true
+	return false // completion (or failure) won; its answer goes out
 }
 
-// cancelledBy closes the gate after a cancellation won. The client gets no
-// response, except for the gateway's own timeout: the client is still
-// waiting, and gets an error result.
-func (c *call) cancelledBy(who pb.Initiator) {
-	if who == pb.Initiator_INITIATOR_TIMEOUT {
+// cancelUndecided reopens the gate when a cancel could not be decided (the
+// coordinator was unreachable): a later cancel may try again, and the call
+// runs on as before.
+func (c *call) cancelUndecided() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending = nil
+	if c.state == cancelling {
+		c.state = running
+	}
+}
+
+// cancelledBy closes the gate after a cancellation won. Only the client's
+// own cancellation is silent: the client asked for nothing, and gets
+// nothing. Anyone else's (a timeout, a disconnect, a drained worker, an
+// operator) is answered with an error result naming it, because the
+// client is still waiting. A cancellation whose initiator is unknown is
+// taken as the client's: answering after the client's accepted cancel
+// would break the one rule that cannot be mended later. So is a
+// disconnect once the client itself left (stdio EOF, DELETE).
+func (c *call) cancelledBy(who pb.Initiator, reason string) {
+	if who == pb.Initiator_INITIATOR_DISCONNECT && c.s.hasLeft() {
+		who = pb.Initiator_INITIATOR_CLIENT // its own doing
+	}
+	switch who {
+	case pb.Initiator_INITIATOR_CLIENT, pb.Initiator_INITIATOR_UNSPECIFIED:
+		c.mu.Lock()
+		if c.open() {
+			c.state = cancelled
+			c.outcome = outcomeCancelled
+		}
+		c.mu.Unlock()
+	case pb.Initiator_INITIATOR_TIMEOUT:
 		c.setOutcome(outcomeTimeout)
 		c.mu.Lock()
 		timeout := c.timeout
 		c.mu.Unlock()
 		c.respond(c.result(toolError("the call timed out after %v and was cancelled", timeout)))
-	} else {
-		c.mu.Lock()
-		if c.state == running {
-			c.state = cancelled
-			c.outcome = outcomeCancelled
-		}
-		c.mu.Unlock()
+	default:
+		c.setOutcome(outcomeCancelled)
+		c.respond(c.result(toolError("%s", cancelledMessage(who, reason))))
 	}
 	c.mu.Lock()
 	stop := c.stopExec
@@ -409,15 +441,40 @@ func (c *call) cancelledBy(who pb.Initiator) {
 	}
 }
 
+// cancelledMessage tells a client who cancelled its call, when it was not
+// the client.
+func cancelledMessage(who pb.Initiator, reason string) string {
+	var msg string
+	switch who {
+	case pb.Initiator_INITIATOR_OPERATOR:
+		msg = "an operator cancelled the call"
+	case pb.Initiator_INITIATOR_SHUTDOWN:
+		msg = "the call was cancelled because the server running it shut down"
+	case pb.Initiator_INITIATOR_DISCONNECT:
+		msg = "the call was cancelled because its connection closed"
+	case pb.Initiator_INITIATOR_WORKER_LOST:
+		return workerLost
+	default:
+		msg = "the call was cancelled"
+	}
+	if reason != "" {
+		msg += " (" + reason + ")"
+	}
+	return msg
+}
+
 // setOutcome records how the call ended, first writer wins, while the
 // gate is still open (the outcome belongs to whoever closes it).
 func (c *call) setOutcome(o string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == running && c.outcome == "" {
+	if c.open() && c.outcome == "" {
 		c.outcome = o
 	}
 }
+
+// open says whether the gate still lets a response out. Callers hold c.mu.
+func (c *call) open() bool { return c.state == running || c.state == cancelling }
 
 // resultOutcome tells a tool error result from a plain one.
 func resultOutcome(raw json.RawMessage) string {
@@ -434,22 +491,24 @@ func resultOutcome(raw json.RawMessage) string {
 func (c *call) settled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.state != running
+	return !c.open()
 }
 
-// respond sends the call's one response, if the gate is still open.
+// respond queues the call's one response, if the gate is still open. The
+// sink only queues: the write happens on the stream's own goroutine, with
+// a deadline, so no lock is held across it.
 func (c *call) respond(msg []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state != running {
-		return
+	if c.open() {
+		c.state = answered
+		c.reply.send(msg)
 	}
-	c.state = responding
-	c.reply.send(msg)
-	c.state = done
 }
 
-// progress relays a worker's progress while the gate is open.
+// progress relays a worker's progress while the call runs. Progress not
+// yet written is replaced by the newer value: a slow client sees fewer
+// steps, never a stalled handler.
 func (c *call) progress(p *pb.Progress) {
 	if c.token == nil {
 		return
@@ -464,13 +523,12 @@ func (c *call) progress(p *pb.Progress) {
 	msg := jsonrpc.Notification("notifications/progress", params)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == running {
-		c.reply.send(msg)
+	if c.state == running && c.reply.sendLatest("progress/"+string(c.token), msg) {
 		c.relayed = true
 	}
 }
 
-// log relays a worker's log message while the gate is open and the
+// log relays a worker's log message while the call runs and the
 // session's level lets it through.
 func (c *call) log(l *pb.LogMessage) {
 	if c.modern && !levelPasses(l.GetLevel(), c.logLevel) || !c.modern && !c.s.logs(l.GetLevel()) {
@@ -483,8 +541,7 @@ func (c *call) log(l *pb.LogMessage) {
 	msg := jsonrpc.Notification("notifications/message", params)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == running {
-		c.reply.send(msg)
+	if c.state == running && c.reply.send(msg) {
 		c.relayed = true
 	}
 }

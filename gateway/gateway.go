@@ -49,6 +49,14 @@ type Options struct {
 	Authenticator Authenticator
 	// MaxMessageBytes bounds one incoming message (default 4 MiB).
 	MaxMessageBytes int64
+	// WriteTimeout bounds every write to a client (default 10s). A client
+	// that does not take a write in time, or lets more than four messages'
+	// worth of bytes queue up, is cut off, and the calls only its stream
+	// could answer are cancelled as a disconnect.
+	WriteTimeout time.Duration
+	// ExecuteGrace is how long past a call's deadline its Execute stream
+	// may last before the gateway gives up on the worker (default 15s).
+	ExecuteGrace time.Duration
 	// WorkerDialOptions add to the plaintext default for Execute.
 	WorkerDialOptions []grpc.DialOption
 	// Version is reported as serverInfo.version.
@@ -79,6 +87,9 @@ type Gateway struct {
 	toolsCh  chan struct{} // closed when the tool list first arrives
 }
 
+// outboxLimit is how many bytes may wait for one client stream.
+func (g *Gateway) outboxLimit() int { return 4 * int(g.opts.MaxMessageBytes) }
+
 // New returns a gateway. Run must run for it to see the tool list.
 func New(opts Options) *Gateway {
 	if opts.Coordinator == nil {
@@ -98,6 +109,12 @@ func New(opts Options) *Gateway {
 	}
 	if opts.MaxMessageBytes == 0 {
 		opts.MaxMessageBytes = 4 << 20
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = 10 * time.Second
+	}
+	if opts.ExecuteGrace == 0 {
+		opts.ExecuteGrace = 15 * time.Second
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"

@@ -12,9 +12,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -175,17 +176,41 @@ func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *js
 // answer serves one request: tools/call on an SSE stream, the rest as JSON.
 func (h *httpTransport) answer(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
 	if m.Method == "tools/call" && acceptsSSE(r) {
-		out := newSSE(w)
+		out := h.g.newSSE(w)
 		defer out.close()
-		out.open() // headers now: the client learns the scope before any event
-		s.handle(r.Context(), m, out)
+		s.handleOnStream(r.Context(), m, out, false) // a dropped 2025 POST stream is no cancellation
 		return
 	}
-	out := &jsonSink{w: w}
+	out := &jsonSink{}
 	s.handle(r.Context(), m, out)
-	if !out.sent {
+	if !out.writeTo(w, h.g.opts.WriteTimeout) {
 		w.WriteHeader(http.StatusAccepted)
 	}
+}
+
+// handleOnStream handles one request answered on out. A client that stops
+// reading the stream is cut off, and its request cancelled as a
+// disconnect (nothing can answer it any more). With closeCancels
+// (2026-07-28), closing the stream is the client's own cancellation.
+func (s *session) handleOnStream(ctx context.Context, m *jsonrpc.Message, out *sseSink, closeCancels bool) {
+	var closed <-chan struct{}
+	if closeCancels {
+		closed = ctx.Done()
+	}
+	done := make(chan struct{})
+	go func() { // owned: ends when the request does, and we wait for it
+		defer close(done)
+		select {
+		case <-closed:
+			s.cancelRequest(m.ID, pb.Initiator_INITIATOR_CLIENT, "request stream closed")
+		case <-out.cut:
+			s.cancelRequest(m.ID, pb.Initiator_INITIATOR_DISCONNECT, "the client stopped reading its stream")
+		case <-out.finished:
+		}
+	}()
+	s.handle(ctx, m, out)
+	out.finish()
+	<-done
 }
 
 func acceptsSSE(r *http.Request) bool {
@@ -194,7 +219,7 @@ func acceptsSSE(r *http.Request) bool {
 
 func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
 	id := randomToken(24)
-	s := newSession(h.g, coordinator.SessionScopePrefix+id, principal)
+	s := newSession(h.g, client.SessionScope+id, principal)
 	_, err := h.g.coord.OpenSession(r.Context(), &pb.OpenSessionRequest{Session: &pb.Session{
 		SessionId: id, Principal: principal, ProtocolVersion: latestLegacy, Gateway: h.g.opts.Name,
 	}})
@@ -208,8 +233,9 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 	h.mu.Unlock()
 	w.Header().Set(hdrSession, id)
 	w.Header().Set(HeaderScope, s.scope)
-	out := &jsonSink{w: w}
+	out := &jsonSink{}
 	s.handle(r.Context(), m, out)
+	out.writeTo(w, h.g.opts.WriteTimeout)
 }
 
 // lookup finds a session by id: here, or recorded by another replica. A
@@ -229,7 +255,7 @@ func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*sess
 	}
 	resp, err := h.g.coord.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
 	switch {
-	case coordinator.ErrorReason(err) == "UNKNOWN_CALL", coordinator.ErrorReason(err) == "INVALID_ARGUMENT":
+	case client.Is(err, client.ErrUnknownCall), client.Is(err, client.ErrInvalidArgument):
 		return nil, http.StatusNotFound
 	case err != nil:
 		return nil, http.StatusServiceUnavailable
@@ -240,7 +266,7 @@ func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*sess
 	defer h.mu.Unlock()
 	if s = h.sessions[id]; s == nil {
 		h.evictLocked()
-		s = newSession(h.g, coordinator.SessionScopePrefix+id, principal)
+		s = newSession(h.g, client.SessionScope+id, principal)
 		s.version = resp.GetSession().GetProtocolVersion()
 		h.sessions[id] = s
 	}
@@ -281,9 +307,8 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request, principal st
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
 		return
 	}
-	out := newSSE(w)
+	out := h.g.newSSE(w)
 	defer out.close()
-	out.open()
 	s.setNotifier(out)
 	defer func() {
 		s.mu.Lock()
@@ -293,11 +318,27 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request, principal st
 			s.setNotifier(nil)
 		}
 	}()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(h.g.base, cancel)()
+	ctx, stop := whileReading(r.Context(), out.outbox)
+	defer stop()
+	defer context.AfterFunc(h.g.base, stop)()
 	s.pingLoop(ctx, h.g.opts.PingInterval)
 	<-ctx.Done()
+}
+
+// whileReading returns a context that ends with ctx, or when out's client
+// is cut off for not reading; stop ends it and waits for its watcher.
+func whileReading(ctx context.Context, out *outbox) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // owned: stop waits for it
+		defer close(done)
+		select {
+		case <-out.cut:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
 }
 
 // delete ends a session: its calls on every replica are cancelled.
@@ -308,8 +349,10 @@ func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request, principal
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
 		return
 	}
+	s.setLeft(true) // before the close, which may cancel its calls through their workers
 	_, err := h.g.coord.CloseSession(r.Context(), &pb.CloseSessionRequest{SessionId: id, Principal: s.principal, Reason: "session deleted by the client"})
-	if err != nil && coordinator.ErrorReason(err) != "UNKNOWN_CALL" {
+	if err != nil && !client.Is(err, client.ErrUnknownCall) {
+		s.setLeft(false)
 		httpError(w, http.StatusServiceUnavailable, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot close the session: the coordinator is unavailable"))
 		return
 	}
@@ -332,7 +375,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}
-	s := newSession(h.g, "stream:"+randomToken(16), principal)
+	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
 	s.modern = true
 	w.Header().Set(HeaderScope, s.scope)
 	if m.Method == "subscriptions/listen" {
@@ -340,25 +383,14 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		return
 	}
 	if m.Method != "tools/call" || !acceptsSSE(r) {
-		out := &jsonSink{w: w, notFound: true}
+		out := &jsonSink{notFound: true}
 		s.handle(r.Context(), m, out)
+		out.writeTo(w, h.g.opts.WriteTimeout)
 		return
 	}
-	out := newSSE(w)
+	out := h.g.newSSE(w)
 	defer out.close()
-	out.open() // headers now: the client learns the scope before any event
-	done := make(chan struct{})
-	go func() { // owned: ends when the call does or the stream closes, and we wait for it
-		defer close(done)
-		select {
-		case <-r.Context().Done():
-			s.cancelAll(pb.Initiator_INITIATOR_CLIENT, "request stream closed")
-		case <-out.finished:
-		}
-	}()
-	s.handle(r.Context(), m, out)
-	out.finish()
-	<-done
+	s.handleOnStream(r.Context(), m, out, true)
 }
 
 // checkHeaders validates 2026-07-28's mirrored headers against the body.
@@ -402,97 +434,101 @@ func decodeHeaderValue(v string) (string, bool) {
 	return string(b), err == nil
 }
 
-// jsonSink answers one request with a JSON body.
+// jsonSink answers one request with a JSON body. It keeps the one
+// response; the handler writes it once the request is settled.
 type jsonSink struct {
-	w    http.ResponseWriter
-	mu   sync.Mutex
-	sent bool
+	mu  sync.Mutex
+	msg []byte
 	// notFound answers -32601 with 404, as 2026-07-28 asks.
-	notFound bool
+	notFound   bool
+	methodGone bool
 }
 
 func (j *jsonSink) send(msg []byte) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.sent {
-		return false // only the response belongs here; notifications are dropped
-	}
 	var probe struct {
 		ID    json.RawMessage `json:"id"`
 		Error *jsonrpc.Error  `json:"error"`
 	}
 	if json.Unmarshal(msg, &probe) != nil || probe.ID == nil {
+		return false // only the response belongs here; notifications are dropped
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.msg != nil {
 		return false
 	}
-	j.sent = true
-	j.w.Header().Set("Content-Type", contentJSON)
-	if j.notFound && probe.Error != nil && probe.Error.Code == jsonrpc.CodeMethodNotFound {
-		j.w.WriteHeader(http.StatusNotFound)
-	}
-	_, err := j.w.Write(msg)
-	return err == nil
+	j.msg = msg
+	j.methodGone = probe.Error != nil && probe.Error.Code == jsonrpc.CodeMethodNotFound
+	return true
 }
 
-// sseSink streams messages as Server-Sent Events.
+func (j *jsonSink) sendLatest(string, []byte) bool { return false }
+
+// writeTo writes the response, if there is one, within timeout; it
+// reports whether there was.
+func (j *jsonSink) writeTo(w http.ResponseWriter, timeout time.Duration) bool {
+	j.mu.Lock()
+	msg, gone := j.msg, j.methodGone
+	j.mu.Unlock()
+	if msg == nil {
+		return false
+	}
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout))
+	w.Header().Set("Content-Type", contentJSON)
+	if j.notFound && gone {
+		w.WriteHeader(http.StatusNotFound)
+	}
+	w.Write(msg)
+	return true
+}
+
+// sseSink streams messages as Server-Sent Events through an outbox. The
+// handler must close it before it returns: the ResponseWriter is not to
+// be used after.
 type sseSink struct {
-	w        http.ResponseWriter
-	mu       sync.Mutex
-	opened   bool
-	broken   bool
+	*outbox
 	finished chan struct{}
 	once     sync.Once
 }
 
-func newSSE(w http.ResponseWriter) *sseSink { return &sseSink{w: w, finished: make(chan struct{})} }
-
-func (s *sseSink) open() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.openLocked()
-}
-
-func (s *sseSink) openLocked() {
-	if s.opened {
-		return
-	}
-	s.opened = true
-	h := s.w.Header()
+// newSSE sends the stream's headers at once (so the client learns the
+// scope before any event) and starts its writer.
+func (g *Gateway) newSSE(w http.ResponseWriter) *sseSink {
+	h := w.Header()
 	h.Set("Content-Type", contentSSE)
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	s.w.WriteHeader(http.StatusOK)
-	if f, ok := s.w.(http.Flusher); ok {
-		f.Flush()
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(g.opts.WriteTimeout))
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+	return &sseSink{
+		outbox:   newOutbox(&sseWriter{w: w, rc: rc}, g.opts.WriteTimeout, g.outboxLimit()),
+		finished: make(chan struct{}),
 	}
 }
 
-func (s *sseSink) send(msg []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.broken {
-		return false
-	}
-	s.openLocked()
-	if _, err := fmt.Fprintf(s.w, "event: message\ndata: %s\n\n", msg); err != nil {
-		s.broken = true
-		return false
-	}
-	if f, ok := s.w.(http.Flusher); ok {
-		f.Flush()
-	}
-	return true
+// sseWriter writes events to one HTTP response, each batch within its
+// deadline, flushed once.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
 }
+
+func (s *sseWriter) write(batch [][]byte, deadline time.Time) error {
+	s.rc.SetWriteDeadline(deadline)
+	for _, msg := range batch {
+		if _, err := fmt.Fprintf(s.w, "event: message\ndata: %s\n\n", msg); err != nil {
+			return err
+		}
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseWriter) abandonable() bool { return false }
 
 // finish marks the stream done: nothing more will be written.
 func (s *sseSink) finish() { s.once.Do(func() { close(s.finished) }) }
-
-// close stops all writes; the handler calls it before it returns, since
-// the ResponseWriter must not be used after.
-func (s *sseSink) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.broken = true
-}
 
 // listen serves 2026-07-28's subscriptions/listen: a long-lived stream
 // carrying the change notifications the client opted in to. The gateway
@@ -507,7 +543,7 @@ func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *sessio
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params"))
 		return
 	}
-	out := newSSE(w)
+	out := h.g.newSSE(w)
 	defer out.close()
 	granted := map[string]any{}
 	if p.Notifications.ToolsListChanged {
@@ -520,6 +556,7 @@ func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	select {
 	case <-r.Context().Done():
+	case <-out.cut:
 	case <-h.g.base.Done():
 		out.send(jsonrpc.Response(m.ID, map[string]any{}))
 	}

@@ -7,16 +7,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
 // sink is where messages for a client go: a stdio connection, a POST's
-// response stream, or a session's notification stream. send reports
-// whether the message was written.
+// response stream, or a session's notification stream. A sink only
+// queues, never waiting on the network, so callers may hold a lock. send
+// reports whether the message was queued; sendLatest queues it in place
+// of an unwritten message under the same key (progress coalesces).
 type sink interface {
 	send(msg []byte) bool
+	sendLatest(key string, msg []byte) bool
 }
 
 // session is one scope: a stdio connection, a 2025 HTTP session, or a
@@ -36,6 +39,7 @@ type session struct {
 	logLevel    string
 	nextOut     int64
 	initialized bool
+	gone        bool   // the client itself left (stdio EOF, DELETE): it waits for nothing
 	lookups     bucket // remote lookups for cancels that named no local call
 }
 
@@ -202,9 +206,9 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		s.g.log.Warn("cancel for a call on another replica failed", "scope", s.scope, "err", err)
 		return
 	}
-	if resp.GetResult() != pb.CancelResult_CANCEL_RESULT_UNKNOWN {
+	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_CANCELLED {
 		s.mu.Lock()
-		s.lookups.refund()
+		s.lookups.refund() // only a cancel that won was worth its lookup
 		s.mu.Unlock()
 	}
 	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
@@ -224,7 +228,7 @@ func cancelResultLabel(r pb.CancelResult) string {
 // remoteCalls says whether another replica may run calls of this scope:
 // only 2025 HTTP sessions span replicas.
 func (s *session) remoteCalls() bool {
-	return strings.HasPrefix(s.scope, coordinator.SessionScopePrefix)
+	return strings.HasPrefix(s.scope, client.SessionScope)
 }
 
 // idle says whether the session holds no call and no stream.
@@ -254,6 +258,32 @@ func (s *session) register(c *call) *jsonrpc.Error {
 	}
 	s.inbound[c.id.Key()] = c
 	return nil
+}
+
+// setLeft records whether the client itself ended its connection or
+// session: then a disconnect of its calls is its own doing, like a
+// cancel, and answers nothing.
+func (s *session) setLeft(left bool) {
+	s.mu.Lock()
+	s.gone = left
+	s.mu.Unlock()
+}
+
+// hasLeft says whether the client itself ended its connection or session.
+func (s *session) hasLeft() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
+}
+
+// cancelRequest cancels the client's request id, if this replica holds it.
+func (s *session) cancelRequest(id jsonrpc.ID, who pb.Initiator, reason string) {
+	s.mu.Lock()
+	c := s.inbound[id.Key()]
+	s.mu.Unlock()
+	if c != nil {
+		c.requestCancel(who, reason)
+	}
 }
 
 func (s *session) unregister(c *call) {
@@ -321,7 +351,7 @@ func (s *session) cancelScope(cs []*call, who pb.Initiator, reason string) []*ca
 		begun := c.begun
 		c.mu.Unlock()
 		if begun != nil && won[begun.GetCallId()] {
-			c.cancelledBy(who)
+			c.cancelledBy(who, reason)
 		} else {
 			rest = append(rest, c)
 		}
@@ -355,9 +385,9 @@ func (s *session) ping(ctx context.Context) error {
 
 func requestID(id jsonrpc.ID) *pb.RequestId {
 	if id.IsString() {
-		return &pb.RequestId{Kind: &pb.RequestId_Text{Text: id.Str()}}
+		return client.TextID(id.Str())
 	}
-	return &pb.RequestId{Kind: &pb.RequestId_Number{Number: id.Num()}}
+	return client.NumberID(id.Num())
 }
 
 // pingLoop pings the client every interval until ctx is done. A client

@@ -7,51 +7,60 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
-// lineSink writes newline-delimited JSON, one message at a time.
-type lineSink struct {
-	mu     sync.Mutex
-	w      io.Writer
-	broken bool
+// lineWriter writes newline-delimited JSON, a batch in one Write, within
+// the deadline where the stream supports one (pipes and sockets do; a
+// blocked Write on anything else is abandoned at the deadline and ends
+// when the stream is closed).
+type lineWriter struct{ w io.Writer }
+
+func (l lineWriter) write(batch [][]byte, deadline time.Time) error {
+	if d, ok := l.w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		d.SetWriteDeadline(deadline)
+	}
+	n := 0
+	for _, msg := range batch {
+		n += len(msg) + 1
+	}
+	buf := make([]byte, 0, n) // a message may be shared (a broadcast): never append to it
+	for _, msg := range batch {
+		buf = append(append(buf, msg...), '\n')
+	}
+	_, err := l.w.Write(buf)
+	return err
 }
 
-func (l *lineSink) send(msg []byte) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.broken {
-		return false
-	}
-	if _, err := l.w.Write(append(msg, '\n')); err != nil {
-		l.broken = true
-		return false
-	}
-	return true
-}
-
-// close stops all writes.
-func (l *lineSink) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.broken = true
-}
+func (lineWriter) abandonable() bool { return true }
 
 // ServeStdio serves one client speaking MCP over r and w (newline-delimited
 // JSON-RPC) until r ends or ctx is done. Then the connection's calls still
 // in flight are cancelled (reason: the connection closed) and ServeStdio
 // returns once they have settled.
 func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	s := newSession(g, "conn:"+randomToken(12), anonymous)
-	out := &lineSink{w: w}
+	s := newSession(g, client.ConnScope+randomToken(12), anonymous)
+	out := newOutbox(lineWriter{w}, g.opts.WriteTimeout, g.outboxLimit())
 	s.setNotifier(out)
 	defer out.close()
 	defer s.setNotifier(nil)
 	var calls sync.WaitGroup
 	defer calls.Wait()
-	defer s.cancelAll(pb.Initiator_INITIATOR_DISCONNECT, "stdio connection closed")
+	// On EOF, or once the client stops reading, the client has left; on
+	// ctx (the gateway stopping) it still waits, and is answered.
+	left, reason := false, "stdio connection closed"
+	defer func() {
+		if left {
+			s.setLeft(true)
+			s.cancelAll(pb.Initiator_INITIATOR_DISCONNECT, reason)
+		} else {
+			s.cancelAll(pb.Initiator_INITIATOR_SHUTDOWN, "the gateway is shutting down")
+		}
+	}()
 	pingCtx, stopPing := context.WithCancel(ctx)
 	defer stopPing()
 	calls.Go(func() { s.pingLoop(pingCtx, g.opts.PingInterval) })
@@ -67,7 +76,12 @@ func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) erro
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-out.cut:
+			left, reason = true, "the client stopped reading stdout"
+			g.log.Warn("cutting off a stdio client that stopped reading", "scope", s.scope, "err", out.err())
+			return nil
 		case err := <-readErr:
+			left = true
 			if errors.Is(err, io.EOF) {
 				return nil
 			}

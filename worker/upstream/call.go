@@ -144,9 +144,14 @@ func (p *progressRoutes) remove(r *relay) {
 	p.mu.Unlock()
 }
 
-// deliver is the client's progress handler.
+// deliver is the client's progress handler (over HTTP).
 func (p *progressRoutes) deliver(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-	tok, ok := req.Params.ProgressToken.(string)
+	p.relay(req.Params)
+}
+
+// relay forwards one progress notification to its call, if it has one.
+func (p *progressRoutes) relay(params *mcp.ProgressNotificationParams) {
+	tok, ok := params.ProgressToken.(string)
 	if !ok {
 		return
 	}
@@ -154,7 +159,7 @@ func (p *progressRoutes) deliver(_ context.Context, req *mcp.ProgressNotificatio
 	r := p.m[tok]
 	p.mu.Unlock()
 	if r != nil {
-		r.send(req.Params.Progress, req.Params.Total, req.Params.Message)
+		r.send(params.Progress, params.Total, params.Message)
 	}
 }
 

@@ -39,7 +39,7 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client) (*conn, error) {
 		return &conn{sess: sess}, nil
 	}
 	cmd := a.command()
-	t := &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}
+	t := inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}
 	sess, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if cmd.Process != nil && cmd.ProcessState == nil {

@@ -172,17 +172,22 @@ func (a *Adapter) Run(ctx context.Context) error {
 // done.
 func (a *Adapter) connectOnce(ctx context.Context) error {
 	refresh := make(chan struct{}, 1)
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, &mcp.ClientOptions{
+	opts := &mcp.ClientOptions{
 		// No roots, sampling or elicitation: the adapter has none to offer.
-		Capabilities:                &mcp.ClientCapabilities{},
-		ProgressNotificationHandler: a.tokens.deliver,
+		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			select {
 			case refresh <- struct{}{}:
 			default:
 			}
 		},
-	})
+	}
+	if a.opts.URL != "" {
+		// Over stdio progress is relayed in wire order by the transport
+		// (inWireOrder); over HTTP by the SDK's handler.
+		opts.ProgressNotificationHandler = a.tokens.deliver
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
 	conn, err := a.dial(ctx, client)
 	if err != nil {
 		return err
