@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -75,7 +74,7 @@ func (s *system) startCoordinator(log *slog.Logger) error {
 	}
 	s.coordAddr = lis.Addr().String()
 	srv := coordinator.New(coordinator.Options{Client: s.writer, Logger: log.With("part", "coordinator")})
-	gs := grpc.NewServer(grpcserver.Options(log, srv.Registry())...)
+	gs := grpcserver.New(log, srv.Registry(), grpcserver.Keepalive{})
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -27,7 +27,7 @@ var (
 // attachment is one worker's live control stream on this replica.
 type attachment struct {
 	worker string
-	lease  clientv3.LeaseID
+	lease  *workerLease
 	out    chan *pb.AttachResponse
 	cancel context.CancelCauseFunc
 
@@ -105,7 +105,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	if err := s.waitReady(stream.Context()); err != nil {
 		return toStatus(err)
 	}
-	first, err := stream.Recv()
+	first, err := s.firstMessage(stream)
 	if err != nil {
 		return err
 	}
@@ -120,16 +120,17 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	a := &attachment{worker: info.Name, lease: lease, out: make(chan *pb.AttachResponse, 4096), cancel: cancel, info: info}
+	wl := s.keepWorkerLease(lease)
+	// Once the stream ends the lease lives out its TTL, for the worker to
+	// re-attach and adopt it; a Detach revokes it first.
+	defer wl.Orphan()
+	a := &attachment{worker: info.Name, lease: wl, out: make(chan *pb.AttachResponse, 4096), cancel: cancel, info: info}
 	s.attached.add(a)
 	defer s.attached.remove(a)
-	ka, err := s.cli.KeepAlive(ctx, lease)
-	if err != nil {
-		return toStatus(etcdErr(ctx, "keep worker lease alive", err))
-	}
 	s.log.Info("worker attached", "worker", info.Name, "address", info.Address, "lease", int64(lease), "adopted", adopted)
 	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Attached{Attached: &pb.Attached{
 		LeaseId: int64(lease), Adopted: adopted, LeaseTtl: durationpb.New(s.opts.LeaseTTL), Coordinator: s.opts.Name,
+		HeartbeatInterval: durationpb.New(wl.every),
 	}}})
 	if err := s.pushPendingStops(ctx, info.Name); err != nil {
 		return toStatus(err)
@@ -137,25 +138,51 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	// Recv cannot be interrupted: the receiver ends when the stream does,
 	// right after Attach returns, so the server owns it, not this handler.
 	s.bg.Go(func() { s.receive(ctx, stream, a) })
-	err = s.serveAttachment(ctx, stream, a, ka)
+	err = s.serveAttachment(ctx, stream, a)
 	cancel(err)
 	return s.attachEnd(a, context.Cause(ctx))
 }
 
-func (s *Server) serveAttachment(ctx context.Context, stream pb.CoordinatorService_AttachServer, a *attachment, ka <-chan *clientv3.LeaseKeepAliveResponse) error {
+// firstMessageTimeout bounds the wait for a worker's hello.
+const firstMessageTimeout = 15 * time.Second
+
+// firstMessage receives the hello, for at most firstMessageTimeout. A Recv
+// cannot be interrupted, so on time-out the handler returns, which ends
+// the stream and the Recv; the server owns that receiver meanwhile.
+func (s *Server) firstMessage(stream pb.CoordinatorService_AttachServer) (*pb.AttachRequest, error) {
+	type recv struct {
+		m   *pb.AttachRequest
+		err error
+	}
+	got := make(chan recv, 1)
+	s.bg.Go(func() {
+		m, err := stream.Recv()
+		got <- recv{m, err}
+	})
+	t := time.NewTimer(firstMessageTimeout)
+	defer t.Stop()
+	select {
+	case r := <-got:
+		return r.m, r.err
+	case <-t.C:
+		return nil, toStatus(invalid("no hello within %v", firstMessageTimeout))
+	case <-stream.Context().Done():
+		return nil, toStatus(stream.Context().Err())
+	}
+}
+
+func (s *Server) serveAttachment(ctx context.Context, stream pb.CoordinatorService_AttachServer, a *attachment) error {
 	for {
 		select {
 		case m := <-a.out:
 			if err := stream.Send(m); err != nil {
 				return err
 			}
-		case _, ok := <-ka:
-			if !ok {
-				if ctx.Err() != nil {
-					return context.Cause(ctx)
-				}
-				return errLeaseLost
+		case <-a.lease.Done():
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
 			}
+			return a.lease.Err()
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -167,7 +194,7 @@ func (s *Server) attachEnd(a *attachment, cause error) error {
 	switch {
 	case errors.Is(cause, errDetached), errors.Is(cause, io.EOF), errors.Is(cause, context.Canceled):
 		return nil
-	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSlowWorker), errors.Is(cause, errReplaced):
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSlowWorker), errors.Is(cause, errReplaced), errors.Is(cause, errWorkerSilent):
 		return toStatus(fmt.Errorf("%w: %v", ErrEtcd, cause))
 	default:
 		return nil
@@ -182,6 +209,7 @@ func (s *Server) receive(ctx context.Context, stream pb.CoordinatorService_Attac
 			a.cancel(err)
 			return
 		}
+		a.lease.Heard()
 		if err := s.handleWorkerMsg(ctx, a, m); err != nil {
 			a.cancel(err)
 			return
@@ -204,9 +232,7 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 		}
 		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Tools = toolDefs(msg.ToolsChanged.GetTools()) })
 	case *pb.AttachRequest_Detach:
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.OpTimeout)
-		defer cancel()
-		if _, err := s.cli.Revoke(rctx, a.lease); err != nil {
+		if err := a.lease.Close(ctx); err != nil {
 			s.log.Warn("revoking worker lease", "worker", a.worker, "err", err)
 		}
 		return errDetached
@@ -223,8 +249,8 @@ func (s *Server) updateWorker(ctx context.Context, a *attachment, change func(*w
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	_, err := s.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.LeaseValue(s.keys.worker(a.worker)), "=", a.lease),
-	).Then(clientv3.OpPut(s.keys.worker(a.worker), encode(&next), clientv3.WithLease(a.lease))).Commit()
+		clientv3.Compare(clientv3.LeaseValue(s.keys.worker(a.worker)), "=", a.lease.id),
+	).Then(clientv3.OpPut(s.keys.worker(a.worker), encode(&next), clientv3.WithLease(a.lease.id))).Commit()
 	if err != nil {
 		return etcdErr(ctx, "update worker", err)
 	}

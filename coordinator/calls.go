@@ -297,11 +297,12 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 			return nil, err
 		}
 		d.stoppedAt = optTime(req.GetStoppedAt())
-		state, err := s.settle(ctx, rec, kv, d)
+		d.owner = true
+		v, err := s.settle(ctx, rec, kv, d)
 		if err != nil {
 			return nil, err
 		}
-		return &pb.CancelResponse{Result: cancelResults[state], CallId: rec.CallID}, nil
+		return cancelReply(v, rec.CallID), nil
 	default:
 		return nil, invalid("cancel needs a key or a call")
 	}
@@ -318,28 +319,34 @@ func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal strin
 	if err := validateCallKey(key); err != nil {
 		return nil, err
 	}
-	state, id, err := s.cancelResolved(ctx, key, principal, d, true)
-	if err == nil && state == won {
-		return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
+	v, id, err := s.cancelResolved(ctx, key, principal, d, true)
+	if err == nil && v.result == won {
+		return cancelReply(v, id), nil
 	}
 	if err != nil && !errors.Is(err, ErrUnknownCall) {
 		return nil, err
 	}
 	d.late = true
-	state, id, err = s.cancelResolved(ctx, key, principal, d, false)
+	v, id, err = s.cancelResolved(ctx, key, principal, d, false)
 	if errors.Is(err, ErrUnknownCall) {
 		return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &pb.CancelResponse{Result: cancelResults[state], CallId: id}, nil
+	return cancelReply(v, id), nil
+}
+
+// cancelReply answers a cancel, naming the decision that won if it lost.
+func cancelReply(v verdict, id string) *pb.CancelResponse {
+	who, why := v.winner()
+	return &pb.CancelResponse{Result: cancelResults[v.result], CallId: id, WinnerInitiator: who, WinnerReason: why}
 }
 
 // cancelResolved finds the call under key and settles it. A guess takes
 // the cached record or a serializable read; otherwise the read is
 // linearizable.
-func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, guess bool) (settled, string, error) {
+func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, guess bool) (verdict, string, error) {
 	var rec *callRecord
 	var kv *mvccpb.KeyValue
 	var err error
@@ -353,13 +360,13 @@ func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal 
 		rec, kv, err = s.resolve(ctx, key)
 	}
 	if err != nil {
-		return 0, "", err
+		return verdict{}, "", err
 	}
 	if (principal != "" && rec.Principal != principal) || rec.Scope != key.GetScope() {
-		return 0, "", ErrUnknownCall // another principal's call is not in this caller's reach
+		return verdict{}, "", ErrUnknownCall // another principal's call is not in this caller's reach
 	}
-	state, err := s.settle(ctx, rec, kv, d)
-	return state, rec.CallID, err
+	v, err := s.settle(ctx, rec, kv, d)
+	return v, rec.CallID, err
 }
 
 var cancelResults = map[settled]pb.CancelResult{
@@ -418,11 +425,12 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		t := s.now()
 		stopped = &t
 	}
-	state, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped})
+	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.CompleteResponse{Result: settleResults[state]}, nil
+	who, why := v.winner()
+	return &pb.CompleteResponse{Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil
 }
 
 // Fail implements CoordinatorService.Fail.
@@ -432,6 +440,7 @@ func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailRespons
 		initiator: InitiatorName(req.GetInitiator()),
 		reason:    SanitizeReason(req.GetReason()),
 		stoppedAt: optTime(req.GetStoppedAt()),
+		owner:     true,
 	}
 	if d.initiator == "" {
 		return nil, toStatus(invalid("initiator is required"))
@@ -440,11 +449,12 @@ func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailRespons
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	state, err := s.settle(ctx, rec, kv, d)
+	v, err := s.settle(ctx, rec, kv, d)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.FailResponse{Result: settleResults[state]}, nil
+	who, why := v.winner()
+	return &pb.FailResponse{Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil
 }
 
 // decision is one attempt to move a call out of RUNNING.
@@ -461,6 +471,29 @@ type decision struct {
 	// late says a client's cancellation that loses is audited once as
 	// cancel_lost.
 	late bool
+	// owner says the call's own worker (or gateway, by call reference)
+	// decides: the same decision found already made is its own earlier
+	// attempt, whose reply was lost after it committed.
+	owner bool
+}
+
+// madeBy says whether rec was settled by d: d's earlier attempt.
+func (d decision) madeBy(rec *callRecord) bool {
+	return d.owner && rec.State == d.state && rec.Initiator == d.initiator && rec.Reason == d.reason
+}
+
+// verdict is what settle decided: won, or lost to the decision in by.
+type verdict struct {
+	result settled
+	by     *callRecord // the call as settled, when the decision lost
+}
+
+// winner names who decided a call that d lost to cancellation or failure.
+func (v verdict) winner() (pb.Initiator, string) {
+	if v.by == nil || v.result == won || v.result == alreadyCompleted {
+		return pb.Initiator_INITIATOR_UNSPECIFIED, ""
+	}
+	return initiatorFromName(v.by.Initiator), v.by.Reason
 }
 
 type settled int
@@ -481,27 +514,31 @@ var lostTo = map[string]settled{
 // settle moves a running call to d.state in one transaction guarded by the
 // fence, writing the audit record in the same transaction. If another
 // decision got there first it reports which, and for a client's late
-// cancellation writes the one cancel_lost record.
-func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (settled, error) {
+// cancellation writes the one cancel_lost record. An owner's decision
+// found already made is its own retried one, and won.
+func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (verdict, error) {
 	for range 3 {
 		if rec.State != stateRunning {
+			if d.madeBy(rec) {
+				return verdict{result: won}, nil
+			}
 			if d.late && rec.State != stateCancelled && !rec.CancelLost {
 				if err := s.recordLost(ctx, rec, kv, d); err != nil {
-					return 0, err
+					return verdict{}, err
 				}
 			}
-			return lostTo[rec.State], nil
+			return verdict{result: lostTo[rec.State], by: rec}, nil
 		}
 		cur, err := s.settleTxn(ctx, rec, kv, d)
 		if err != nil || cur == nil {
-			return won, err
+			return verdict{result: won}, err
 		}
 		if rec, err = decode[callRecord]("call", cur.Value); err != nil {
-			return 0, err
+			return verdict{}, err
 		}
 		kv = cur
 	}
-	return 0, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
+	return verdict{}, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
 }
 
 // decide returns the guard and the writes that settle a running call as d

@@ -40,6 +40,9 @@ type Options struct {
 	DefaultTimeout, MaxTimeout time.Duration
 	// OpTimeout bounds each etcd operation (default 5s).
 	OpTimeout time.Duration
+	// HealthInterval is how often the replica checks that it can reach
+	// etcd, for its health service (default 1s).
+	HealthInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -62,9 +65,11 @@ type Server struct {
 	stops     *stopBatcher
 	attached  *attachments
 	metrics   *metrics
+	health    *healthState
 
-	ready chan struct{}
-	bg    sync.WaitGroup // stream receivers that outlive their handlers briefly
+	ready  chan struct{}
+	bg     sync.WaitGroup // stream receivers that outlive their handlers briefly
+	leases sync.WaitGroup // workerLease goroutines, until orphaned or closed
 }
 
 var _ pb.CoordinatorServiceServer = (*Server)(nil)
@@ -81,6 +86,7 @@ func New(opts Options) *Server {
 		keys:     keys{opts.Prefix},
 		log:      opts.Logger,
 		attached: newAttachments(),
+		health:   newHealthState(),
 		ready:    make(chan struct{}),
 	}
 	s.view = newView(s)
@@ -113,6 +119,9 @@ func setDefaults(o *Options) {
 	if o.OpTimeout == 0 {
 		o.OpTimeout = 5 * time.Second
 	}
+	if o.HealthInterval == 0 {
+		o.HealthInterval = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,6 +135,7 @@ func setDefaults(o *Options) {
 // stop reports and campaigns for the janitor. It returns nil when ctx ends.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.view.load(ctx); err != nil {
+		s.health.hs.Shutdown()
 		return err
 	}
 	close(s.ready)
@@ -135,9 +145,11 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.stops.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })
 	g.Go(func() error { return s.runExpiry(ctx) })
+	g.Go(func() error { return s.runHealth(ctx) })
 	err := g.Wait()
 	s.attached.closeAll()
 	s.bg.Wait()
+	s.leases.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

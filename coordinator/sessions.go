@@ -248,11 +248,11 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 		return ids, nil
 	}
 	for _, c := range calls {
-		state, err := s.settle(ctx, c.rec, c.kv, d)
+		v, err := s.settle(ctx, c.rec, c.kv, d)
 		if err != nil {
 			return ids, err
 		}
-		if state == won {
+		if v.result == won {
 			ids = append(ids, c.rec.CallID)
 		}
 	}

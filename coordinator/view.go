@@ -270,18 +270,22 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 	v.mu.Unlock()
 	for {
 		compacted := false
-		wch := v.s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wch := v.s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
 		for resp := range wch {
 			if err := resp.Err(); err != nil {
 				v.s.log.Warn("watch interrupted", "prefix", prefix, "err", err)
 				compacted = resp.CompactRevision > 0
 				break
 			}
+			if resp.Created {
+				v.s.health.watch(prefix, true)
+			}
 			for _, ev := range resp.Events {
 				apply(ev)
 			}
 			rev = max(rev, resp.Header.Revision)
 		}
+		v.s.health.watch(prefix, false)
 		if err := backoff(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}

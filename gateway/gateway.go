@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
 )
 
 // ErrClosed means the gateway is shutting down.
@@ -275,7 +276,7 @@ func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
 	if c := g.workers[addr]; c != nil {
 		return pb.NewWorkerServiceClient(c), nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, g.opts.WorkerDialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option()}, g.opts.WorkerDialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

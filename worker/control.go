@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,8 +16,13 @@ import (
 // oldest are dropped (they only fill in the audit's stopped_at).
 const maxPendingStops = 65536
 
+// attachTimeout bounds the wait for the coordinator's answer to a hello.
+const attachTimeout = 15 * time.Second
+
 // control keeps the worker attached to a coordinator replica: it holds the
-// worker's lease across reconnects, applies stop orders and sends reports.
+// worker's lease across reconnects, applies stop orders and sends reports
+// and heartbeats. Decisions are made under mu; only the sender goroutine
+// of a stream sends on it, outside mu.
 type control struct {
 	w *Worker
 
@@ -23,7 +30,8 @@ type control struct {
 	stream      pb.CoordinatorService_AttachClient // nil while detached
 	lease       int64
 	coordinator string
-	pending     []*pb.HandlerStopped
+	pending     []*pb.HandlerStopped // stop reports, kept across streams
+	outbox      []*pb.AttachRequest  // control messages for this stream
 	draining    bool
 	detaching   bool
 	wake        chan struct{} // something to send
@@ -81,20 +89,22 @@ func (c *control) session(ctx context.Context) error {
 	if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: hello}}); err != nil {
 		return err
 	}
-	first, err := stream.Recv()
+	att, err := firstReply(ctx, cancel, stream)
 	if err != nil {
 		return err
 	}
-	att := first.GetAttached()
 	c.mu.Lock()
 	had := c.lease
 	c.lease = att.GetLeaseId()
 	c.stream = stream
 	c.coordinator = att.GetCoordinator()
-	draining := c.draining
+	c.outbox = nil // the hello said it all
+	if c.draining {
+		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_Drain{Drain: &pb.Drain{}}})
+	}
 	if tools, now := c.w.toolList(); now != gen {
 		// The tools changed while the hello was on its way.
-		stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
 	}
 	c.mu.Unlock()
 	if had != 0 && !att.GetAdopted() {
@@ -108,16 +118,39 @@ func (c *control) session(ctx context.Context) error {
 		c.stream = nil
 		c.mu.Unlock()
 	}()
-	if draining {
-		c.drain()
-	}
 	c.signal()
 	done := make(chan error, 1)
-	go func() { done <- c.sender(ctx, stream) }() // ends with ctx; waited below
+	go func() { done <- c.sender(ctx, stream, heartbeatEvery(att)) }() // ends with ctx; waited below
 	err = c.receive(stream)
 	cancel()
 	<-done
 	return err
+}
+
+// firstReply waits, for at most attachTimeout, for the coordinator's
+// Attached: a replica that went silent after the hello is given up on.
+func firstReply(ctx context.Context, cancel context.CancelFunc, stream pb.CoordinatorService_AttachClient) (*pb.Attached, error) {
+	t := time.AfterFunc(attachTimeout, cancel) // cancelling ctx ends the Recv
+	first, err := stream.Recv()
+	if !t.Stop() {
+		return nil, fmt.Errorf("worker: no answer to the hello within %v", attachTimeout)
+	}
+	if err != nil {
+		return nil, err
+	}
+	att := first.GetAttached()
+	if att == nil {
+		return nil, errors.New("worker: the coordinator did not answer the hello with Attached")
+	}
+	return att, ctx.Err()
+}
+
+// heartbeatEvery is how often to tell the coordinator the worker lives.
+func heartbeatEvery(att *pb.Attached) time.Duration {
+	if d := att.GetHeartbeatInterval().AsDuration(); d > 0 {
+		return d
+	}
+	return max(att.GetLeaseTtl().AsDuration()/3, 100*time.Millisecond)
 }
 
 func (c *control) receive(stream pb.CoordinatorService_AttachClient) error {
@@ -132,34 +165,63 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient) error {
 	}
 }
 
-// sender sends queued stop reports while the stream lives.
-func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_AttachClient) error {
+// sender is the one goroutine that sends on a stream: what is queued, and
+// a heartbeat every interval, until ctx is done or the worker detached.
+func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_AttachClient, every time.Duration) error {
+	hb := time.NewTicker(every)
+	defer hb.Stop()
 	for {
+		beat := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.wake:
+		case <-hb.C:
+			beat = true
 		}
-		c.mu.Lock()
-		batch := c.pending
-		c.pending = nil
-		c.mu.Unlock()
-		for i, r := range batch {
-			if err := c.send(stream, &pb.AttachRequest{Msg: &pb.AttachRequest_Stopped{Stopped: r}}); err != nil {
-				c.requeue(batch[i:])
+		msgs, stops, detach := c.takeOutgoing()
+		for _, m := range msgs {
+			if err := stream.Send(m); err != nil {
+				c.requeue(stops)
+				return err
+			}
+		}
+		for i, r := range stops {
+			if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Stopped{Stopped: r}}); err != nil {
+				c.requeue(stops[i:])
+				return err
+			}
+		}
+		if detach {
+			stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Detach{Detach: &pb.Detach{}}})
+			stream.CloseSend()
+			<-ctx.Done() // the coordinator closes the stream once it revoked the lease
+			return nil
+		}
+		if beat && len(msgs)+len(stops) == 0 {
+			if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (c *control) send(stream pb.CoordinatorService_AttachClient, m *pb.AttachRequest) error {
+// takeOutgoing takes what is queued for the stream and says whether the
+// worker is detaching.
+func (c *control) takeOutgoing() (msgs []*pb.AttachRequest, stops []*pb.HandlerStopped, detach bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stream != stream {
-		return context.Canceled
+	msgs, stops = c.outbox, c.pending
+	c.outbox, c.pending = nil, nil
+	return msgs, stops, c.detaching
+}
+
+// queueLocked queues a control message for the current stream; while
+// detached there is none, and the next hello carries the state.
+func (c *control) queueLocked(m *pb.AttachRequest) {
+	if c.stream != nil {
+		c.outbox = append(c.outbox, m)
 	}
-	return stream.Send(m)
 }
 
 func (c *control) requeue(rs []*pb.HandlerStopped) {
@@ -189,43 +251,33 @@ func (c *control) reportStopped(callID string, at time.Time) {
 // drain tells the coordinator to route no new calls here.
 func (c *control) drain() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.draining = true
-	if c.stream != nil {
-		c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Drain{Drain: &pb.Drain{}}})
-	}
+	c.queueLocked(&pb.AttachRequest{Msg: &pb.AttachRequest_Drain{Drain: &pb.Drain{}}})
+	c.mu.Unlock()
+	c.signal()
 }
 
 // toolsChanged re-registers the tool list if attached. The caller must
-// not hold w.mu: the lock order is c.mu, then w.mu. Holding c.mu across
-// the snapshot and the send keeps concurrent changes in order.
+// not hold w.mu: the lock order is c.mu, then w.mu. Taking the snapshot
+// and queueing it under c.mu keeps concurrent changes in order.
 func (c *control) toolsChanged() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stream == nil {
-		return // the next hello carries the tools
-	}
 	tools, _ := c.w.toolList()
-	c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+	c.queueLocked(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+	c.mu.Unlock()
+	c.signal()
 }
 
-// detach flushes stop reports and asks the coordinator to revoke the
-// lease. It reports whether a stream was there to ask; run then returns
-// when the coordinator closes it.
+// detach has the sender flush stop reports and ask the coordinator to
+// revoke the lease. It reports whether a stream was there to ask; run then
+// returns when the coordinator closes it.
 func (c *control) detach() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.detaching = true
-	if c.stream == nil {
-		return false
-	}
-	for _, r := range c.pending {
-		c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Stopped{Stopped: r}})
-	}
-	c.pending = nil
-	c.stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Detach{Detach: &pb.Detach{}}})
-	c.stream.CloseSend()
-	return true
+	attached := c.stream != nil
+	c.mu.Unlock()
+	c.signal()
+	return attached
 }
 
 func (c *control) isDetaching() bool {

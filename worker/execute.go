@@ -105,6 +105,12 @@ func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, er
 	if req.GetFence() <= 0 {
 		return nil, nil, status.Error(codes.InvalidArgument, "fence must be positive")
 	}
+	// A gateway that names the worker it was told to use must reach that
+	// worker: another one, at a reused address, may not run the call.
+	// An empty name is not checked, for gateways that do not send it.
+	if name := req.GetWorker(); name != "" && name != w.opts.Name {
+		return nil, nil, status.Errorf(codes.FailedPrecondition, "this is worker %q, not %q", w.opts.Name, name)
+	}
 	args := json.RawMessage(req.GetArgumentsJson())
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
@@ -294,10 +300,12 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 	if err != nil {
 		return err
 	}
-	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
+	// Only this worker completes its call: a completion found already
+	// made is this one, retried after its reply was lost.
+	if res := r.GetResult(); res != pb.SettleResult_SETTLE_RESULT_WON && res != pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED {
 		e.outcome = "lost"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
+		return e.sendEnd(settledState(res), r.GetWinnerInitiator(), r.GetWinnerReason())
 	}
 	e.outcome = "completed"
 	if res.IsError {
@@ -326,7 +334,7 @@ func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) er
 	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
 		e.outcome = "lost"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(settledState(r.GetResult()), pb.Initiator_INITIATOR_UNSPECIFIED, "")
+		return e.sendEnd(settledState(r.GetResult()), r.GetWinnerInitiator(), r.GetWinnerReason())
 	}
 	e.outcome = "failed"
 	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, who, herr.Error())
@@ -350,8 +358,12 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 	switch r.GetResult() {
 	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
 	case pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED:
-		// Failed by someone else, for a reason we do not know.
-		state, who, reason = pb.CallState_CALL_STATE_FAILED, pb.Initiator_INITIATOR_UNSPECIFIED, ""
+		state, who, reason = pb.CallState_CALL_STATE_FAILED, r.GetWinnerInitiator(), r.GetWinnerReason()
+		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
+	case pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED:
+		if r.GetWinnerInitiator() != pb.Initiator_INITIATOR_UNSPECIFIED {
+			who, reason = r.GetWinnerInitiator(), r.GetWinnerReason()
+		}
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 	default:
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)

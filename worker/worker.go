@@ -233,7 +233,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	defer conn.Close()
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
-	srv := grpc.NewServer(append(grpcserver.Options(w.log, w.metrics.reg), w.opts.ServerOptions...)...)
+	srv := grpcserver.New(w.log, w.metrics.reg, grpcserver.Keepalive{}, w.opts.ServerOptions...)
 	pb.RegisterWorkerServiceServer(srv, w)
 	// Not serving (grpc.health.v1, a pod's readiness) until attached: only
 	// then can the worker be given calls.

@@ -13,9 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -155,10 +153,9 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 // beside them, until ctx is done. sopts add to the server's options
 // (transport security).
 func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, sopts []grpc.ServerOption, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
-	gs := grpc.NewServer(append(grpcserver.Options(log, srv.Registry()), sopts...)...)
+	gs := grpcserver.New(log, srv.Registry(), grpcserver.Keepalive{}, sopts...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs := srv.Health() // SERVING while the replica can decide calls
 	healthgrpc.RegisterHealthServer(gs, hs)
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -168,7 +165,6 @@ func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Lo
 		g.Go(func() error { return run(ctx) })
 	}
 	g.Go(func() error {
-		reportReady(ctx, hs, srv.Ready())
 		<-ctx.Done()
 		hs.Shutdown()
 		stopGRPC(gs, grace)
@@ -191,17 +187,6 @@ func runReplica(ctx context.Context, srv *coordinator.Server, etcdURLs string) e
 		return nil
 	}
 	return fmt.Errorf("cannot read the coordinator's state from etcd at %s: %w", etcdURLs, err)
-}
-
-// reportReady marks the server SERVING once ready is closed, unless ctx
-// ends first.
-func reportReady(ctx context.Context, hs *health.Server, ready <-chan struct{}) {
-	select {
-	case <-ready:
-		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		hs.SetServingStatus(pb.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	case <-ctx.Done():
-	}
 }
 
 // stopGRPC stops gs gracefully, and at once when that takes over grace.

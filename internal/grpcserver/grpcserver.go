@@ -1,12 +1,14 @@
-// Package grpcserver builds the gRPC servers of the coordinator and the
-// worker the same way: recovery from handler panics, structured logging
-// of calls (log/slog), Prometheus server metrics, and bounded message
-// sizes.
+// Package grpcserver builds every gRPC server of mcpcancel (the
+// coordinator's, the worker's, and those tests and benchmarks start) the
+// same way: recovery from handler panics, structured logging of calls
+// (log/slog), Prometheus server metrics, bounded message sizes, and
+// keepalive, so that a silent client is noticed without TCP's help.
 package grpcserver
 
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -14,15 +16,61 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 )
 
 // MaxMessageBytes bounds every message a server receives or sends.
 const MaxMessageBytes = 4 << 20
 
-// Options returns the server options: interceptors (recovery outermost,
-// then metrics, then logging) and message limits. Server metrics are
-// registered with reg.
+// Keepalive says how a server notices a silent client and which pings it
+// accepts. The zero value of each field means its default.
+type Keepalive struct {
+	// Time is how long a connection may be idle before the server pings
+	// the client (default 10s; gRPC allows no less than 1s).
+	Time time.Duration
+	// Timeout is how long the server waits for the ping's answer before it
+	// closes the connection (default 5s).
+	Timeout time.Duration
+	// MinPing is the shortest interval between a client's pings that the
+	// server tolerates (default 5s: below the 10s floor gRPC clients use).
+	MinPing time.Duration
+}
+
+func (k Keepalive) withDefaults() Keepalive {
+	if k.Time <= 0 {
+		k.Time = 10 * time.Second
+	}
+	if k.Timeout <= 0 {
+		k.Timeout = 5 * time.Second
+	}
+	if k.MinPing <= 0 {
+		k.MinPing = 5 * time.Second
+	}
+	return k
+}
+
+// ServerOptions are k's keepalive parameters and enforcement policy.
+// Clients may ping with no stream open: an idle connection to a dead peer
+// is found before a call is placed on it.
+func (k Keepalive) ServerOptions() []grpc.ServerOption {
+	k = k.withDefaults()
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: k.Time, Timeout: k.Timeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: k.MinPing, PermitWithoutStream: true}),
+	}
+}
+
+// New builds a gRPC server with Options and the keepalive of ka; extra
+// options (transport security, authorization) come last.
+func New(log *slog.Logger, reg prometheus.Registerer, ka Keepalive, extra ...grpc.ServerOption) *grpc.Server {
+	opts := append(Options(log, reg), ka.ServerOptions()...)
+	return grpc.NewServer(append(opts, extra...)...)
+}
+
+// Options returns the server options without keepalive: interceptors
+// (recovery outermost, then metrics, then logging) and message limits.
+// Server metrics are registered with reg. Build servers with New.
 func Options(log *slog.Logger, reg prometheus.Registerer) []grpc.ServerOption {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)

@@ -4,6 +4,7 @@ package testcluster
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -12,13 +13,22 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
-// Coordinator is a replica serving gRPC on loopback.
+// TestKeepalive is the keepalive of the servers tests start: a silent
+// client is dropped within 2 s.
+var TestKeepalive = grpcserver.Keepalive{Time: time.Second, Timeout: time.Second}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// Coordinator is a replica serving gRPC on loopback, built by the
+// production constructor so tests run the production interceptors.
 type Coordinator struct {
 	Addr   string
 	Server *coordinator.Server
@@ -32,13 +42,21 @@ type Coordinator struct {
 // StartCoordinator starts a replica and waits until it serves.
 func StartCoordinator(t testing.TB, cli *clientv3.Client, opts coordinator.Options) *Coordinator {
 	t.Helper()
+	return StartCoordinatorKeepalive(t, cli, opts, TestKeepalive)
+}
+
+// StartCoordinatorKeepalive starts a replica whose server uses ka.
+func StartCoordinatorKeepalive(t testing.TB, cli *clientv3.Client, opts coordinator.Options, ka grpcserver.Keepalive) *Coordinator {
+	t.Helper()
 	opts.Client = cli
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Coordinator{Addr: lis.Addr().String(), Server: coordinator.New(opts), grpc: grpc.NewServer(), done: make(chan error, 2)}
+	srv := coordinator.New(opts)
+	c := &Coordinator{Addr: lis.Addr().String(), Server: srv, grpc: grpcserver.New(discard, srv.Registry(), ka), done: make(chan error, 2)}
 	pb.RegisterCoordinatorServiceServer(c.grpc, c.Server)
+	healthgrpc.RegisterHealthServer(c.grpc, c.Server.Health())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	go func() { c.done <- c.Server.Run(ctx) }()
@@ -99,6 +117,7 @@ func StartWorker(t testing.TB, opts worker.Options, register func(*worker.Worker
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
+	opts.ServerOptions = append(TestKeepalive.ServerOptions(), opts.ServerOptions...)
 	w := &Worker{Worker: worker.New(opts), Addr: lis.Addr().String(), done: make(chan error, 1)}
 	register(w.Worker)
 	ctx, cancel := context.WithCancel(context.Background())

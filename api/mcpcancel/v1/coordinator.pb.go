@@ -843,6 +843,7 @@ type AttachRequest struct {
 	//	*AttachRequest_Drain
 	//	*AttachRequest_Detach
 	//	*AttachRequest_ToolsChanged
+	//	*AttachRequest_Heartbeat
 	Msg           isAttachRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -930,6 +931,15 @@ func (x *AttachRequest) GetToolsChanged() *ToolsChanged {
 	return nil
 }
 
+func (x *AttachRequest) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachRequest_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isAttachRequest_Msg interface {
 	isAttachRequest_Msg()
 }
@@ -958,6 +968,13 @@ type AttachRequest_ToolsChanged struct {
 	ToolsChanged *ToolsChanged `protobuf:"bytes,5,opt,name=tools_changed,json=toolsChanged,proto3,oneof"`
 }
 
+type AttachRequest_Heartbeat struct {
+	// The worker is alive. The coordinator keeps the worker's lease alive
+	// only while it hears from the stream: a worker that goes silent
+	// loses its lease within the TTL.
+	Heartbeat *Heartbeat `protobuf:"bytes,6,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*AttachRequest_Hello) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Stopped) isAttachRequest_Msg() {}
@@ -967,6 +984,8 @@ func (*AttachRequest_Drain) isAttachRequest_Msg() {}
 func (*AttachRequest_Detach) isAttachRequest_Msg() {}
 
 func (*AttachRequest_ToolsChanged) isAttachRequest_Msg() {}
+
+func (*AttachRequest_Heartbeat) isAttachRequest_Msg() {}
 
 type WorkerHello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1172,6 +1191,42 @@ func (*Detach) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
+type Heartbeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Heartbeat) Reset() {
+	*x = Heartbeat{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Heartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Heartbeat) ProtoMessage() {}
+
+func (x *Heartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
+func (*Heartbeat) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
+}
+
 type ToolsChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
@@ -1181,7 +1236,7 @@ type ToolsChanged struct {
 
 func (x *ToolsChanged) Reset() {
 	*x = ToolsChanged{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1248,7 @@ func (x *ToolsChanged) String() string {
 func (*ToolsChanged) ProtoMessage() {}
 
 func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1261,7 @@ func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsChanged.ProtoReflect.Descriptor instead.
 func (*ToolsChanged) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolsChanged) GetTools() []*Tool {
@@ -1229,7 +1284,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1296,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1309,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AttachResponse) GetMsg() isAttachResponse_Msg {
@@ -1306,14 +1361,17 @@ type Attached struct {
 	Adopted  bool                 `protobuf:"varint,2,opt,name=adopted,proto3" json:"adopted,omitempty"`
 	LeaseTtl *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	// The coordinator replica serving this stream.
-	Coordinator   string `protobuf:"bytes,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Coordinator string `protobuf:"bytes,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// How often the worker must send something (a Heartbeat when it has
+	// nothing else) for its lease to be kept alive.
+	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Attached) Reset() {
 	*x = Attached{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1383,7 @@ func (x *Attached) String() string {
 func (*Attached) ProtoMessage() {}
 
 func (x *Attached) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1396,7 @@ func (x *Attached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attached.ProtoReflect.Descriptor instead.
 func (*Attached) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Attached) GetLeaseId() int64 {
@@ -1369,6 +1427,13 @@ func (x *Attached) GetCoordinator() string {
 	return ""
 }
 
+func (x *Attached) GetHeartbeatInterval() *durationpb.Duration {
+	if x != nil {
+		return x.HeartbeatInterval
+	}
+	return nil
+}
+
 // StopCall orders the worker to stop a call that was settled without it.
 type StopCall struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1382,7 +1447,7 @@ type StopCall struct {
 
 func (x *StopCall) Reset() {
 	*x = StopCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1459,7 @@ func (x *StopCall) String() string {
 func (*StopCall) ProtoMessage() {}
 
 func (x *StopCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1472,7 @@ func (x *StopCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopCall.ProtoReflect.Descriptor instead.
 func (*StopCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StopCall) GetCallId() string {
@@ -1446,7 +1511,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1523,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1536,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 type ListWorkersResponse struct {
@@ -1483,7 +1548,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1560,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1573,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1533,7 +1598,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1610,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1623,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerInfo) GetName() string {
@@ -1611,7 +1676,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1688,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1701,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 type ListToolsResponse struct {
@@ -1648,7 +1713,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1725,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1738,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -1696,7 +1761,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1773,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1786,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetCallRequest) GetTarget() isGetCallRequest_Target {
@@ -1774,7 +1839,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1851,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1864,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -1825,7 +1890,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1902,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1915,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -1905,7 +1970,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +1982,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +1995,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -1957,7 +2022,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2034,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2047,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2001,7 +2066,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2078,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2091,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -2044,7 +2109,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2121,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2134,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchToolsResponse struct {
@@ -2081,7 +2146,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2158,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2171,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -2129,7 +2194,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2206,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2219,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -2197,7 +2262,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2274,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2287,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -2254,7 +2319,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2331,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2344,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2328,7 +2393,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2405,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2418,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -2378,7 +2443,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2455,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2468,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 type GetSessionRequest struct {
@@ -2415,7 +2480,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2492,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2505,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2459,7 +2524,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2536,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2549,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -2505,7 +2570,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2582,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2595,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2563,7 +2628,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2640,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2653,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -2655,13 +2720,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\fFailResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xa3\x02\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xdc\x02\n" +
 	"\rAttachRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.mcpcancel.v1.WorkerHelloH\x00R\x05hello\x128\n" +
 	"\astopped\x18\x02 \x01(\v2\x1c.mcpcancel.v1.HandlerStoppedH\x00R\astopped\x12+\n" +
 	"\x05drain\x18\x03 \x01(\v2\x13.mcpcancel.v1.DrainH\x00R\x05drain\x12.\n" +
 	"\x06detach\x18\x04 \x01(\v2\x14.mcpcancel.v1.DetachH\x00R\x06detach\x12A\n" +
-	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChangedB\x05\n" +
+	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
+	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
 	"\x03msg\"\x9c\x01\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2674,18 +2740,20 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\a\n" +
 	"\x05Drain\"\b\n" +
-	"\x06Detach\"8\n" +
+	"\x06Detach\"\v\n" +
+	"\tHeartbeat\"8\n" +
 	"\fToolsChanged\x12(\n" +
 	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"{\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
 	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stopB\x05\n" +
-	"\x03msg\"\x99\x01\n" +
+	"\x03msg\"\xe3\x01\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
-	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\"\xa1\x01\n" +
+	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
+	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
@@ -2808,7 +2876,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),             // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),             // 1: mcpcancel.v1.SettleResult
@@ -2826,124 +2894,127 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*HandlerStopped)(nil),        // 13: mcpcancel.v1.HandlerStopped
 	(*Drain)(nil),                 // 14: mcpcancel.v1.Drain
 	(*Detach)(nil),                // 15: mcpcancel.v1.Detach
-	(*ToolsChanged)(nil),          // 16: mcpcancel.v1.ToolsChanged
-	(*AttachResponse)(nil),        // 17: mcpcancel.v1.AttachResponse
-	(*Attached)(nil),              // 18: mcpcancel.v1.Attached
-	(*StopCall)(nil),              // 19: mcpcancel.v1.StopCall
-	(*ListWorkersRequest)(nil),    // 20: mcpcancel.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 21: mcpcancel.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),            // 22: mcpcancel.v1.WorkerInfo
-	(*ListToolsRequest)(nil),      // 23: mcpcancel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),     // 24: mcpcancel.v1.ListToolsResponse
-	(*GetCallRequest)(nil),        // 25: mcpcancel.v1.GetCallRequest
-	(*GetCallResponse)(nil),       // 26: mcpcancel.v1.GetCallResponse
-	(*ListAuditRequest)(nil),      // 27: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),     // 28: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),     // 29: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),    // 30: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),     // 31: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),    // 32: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),    // 33: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),   // 34: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),               // 35: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),    // 36: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 37: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),     // 38: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),    // 39: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),   // 40: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 41: mcpcancel.v1.CloseSessionResponse
-	(*CallKey)(nil),               // 42: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
-	(Initiator)(0),                // 45: mcpcancel.v1.Initiator
-	(*Tool)(nil),                  // 46: mcpcancel.v1.Tool
-	(CallState)(0),                // 47: mcpcancel.v1.CallState
-	(*Call)(nil),                  // 48: mcpcancel.v1.Call
-	(*AuditRecord)(nil),           // 49: mcpcancel.v1.AuditRecord
+	(*Heartbeat)(nil),             // 16: mcpcancel.v1.Heartbeat
+	(*ToolsChanged)(nil),          // 17: mcpcancel.v1.ToolsChanged
+	(*AttachResponse)(nil),        // 18: mcpcancel.v1.AttachResponse
+	(*Attached)(nil),              // 19: mcpcancel.v1.Attached
+	(*StopCall)(nil),              // 20: mcpcancel.v1.StopCall
+	(*ListWorkersRequest)(nil),    // 21: mcpcancel.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 22: mcpcancel.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),            // 23: mcpcancel.v1.WorkerInfo
+	(*ListToolsRequest)(nil),      // 24: mcpcancel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),     // 25: mcpcancel.v1.ListToolsResponse
+	(*GetCallRequest)(nil),        // 26: mcpcancel.v1.GetCallRequest
+	(*GetCallResponse)(nil),       // 27: mcpcancel.v1.GetCallResponse
+	(*ListAuditRequest)(nil),      // 28: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),     // 29: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),     // 30: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),    // 31: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),     // 32: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),    // 33: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),    // 34: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),   // 35: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),               // 36: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),    // 37: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 38: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),     // 39: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),    // 40: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),   // 41: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 42: mcpcancel.v1.CloseSessionResponse
+	(*CallKey)(nil),               // 43: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(Initiator)(0),                // 46: mcpcancel.v1.Initiator
+	(*Tool)(nil),                  // 47: mcpcancel.v1.Tool
+	(CallState)(0),                // 48: mcpcancel.v1.CallState
+	(*Call)(nil),                  // 49: mcpcancel.v1.Call
+	(*AuditRecord)(nil),           // 50: mcpcancel.v1.AuditRecord
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	42, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	43, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	43, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
-	42, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	43, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	44, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	45, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	44, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	43, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	46, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	45, // 9: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	46, // 9: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	5,  // 10: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	44, // 11: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	45, // 11: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	45, // 13: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	46, // 13: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	5,  // 14: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 15: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 16: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	46, // 15: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 16: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
 	1,  // 17: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	45, // 18: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	46, // 18: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	12, // 19: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
 	13, // 20: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
 	14, // 21: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
 	15, // 22: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	16, // 23: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	46, // 24: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	44, // 25: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	46, // 26: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	18, // 27: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	19, // 28: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	43, // 29: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	47, // 30: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	45, // 31: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	22, // 32: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	46, // 33: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	46, // 34: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	42, // 35: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	48, // 36: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	44, // 37: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	49, // 38: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	44, // 39: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	49, // 40: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	46, // 41: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	45, // 42: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	44, // 43: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	35, // 44: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	43, // 45: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	35, // 46: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 47: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 48: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 49: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 50: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 51: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	20, // 52: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	23, // 53: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	25, // 54: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	27, // 55: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	29, // 56: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	31, // 57: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	33, // 58: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	36, // 59: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	38, // 60: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	40, // 61: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 62: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 63: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 64: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 65: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	17, // 66: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	21, // 67: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	24, // 68: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	26, // 69: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	28, // 70: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	30, // 71: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	32, // 72: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	34, // 73: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	37, // 74: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	39, // 75: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	41, // 76: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	62, // [62:77] is the sub-list for method output_type
-	47, // [47:62] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	17, // 23: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	16, // 24: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	47, // 25: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	45, // 26: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	47, // 27: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	19, // 28: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	20, // 29: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	44, // 30: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 31: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	48, // 32: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	46, // 33: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	23, // 34: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	47, // 35: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	47, // 36: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	43, // 37: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	49, // 38: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	45, // 39: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 40: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	45, // 41: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 42: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	47, // 43: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	46, // 44: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 45: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	36, // 46: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	44, // 47: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 48: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 49: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 50: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 51: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 52: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 53: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	21, // 54: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	24, // 55: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	26, // 56: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	28, // 57: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	30, // 58: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	32, // 59: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	34, // 60: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	37, // 61: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	39, // 62: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	41, // 63: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 64: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 65: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 66: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 67: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 68: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 69: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 70: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 71: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 72: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 73: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 74: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 75: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 76: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 77: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 78: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	64, // [64:79] is the sub-list for method output_type
+	49, // [49:64] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -2962,12 +3033,13 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*AttachRequest_Drain)(nil),
 		(*AttachRequest_Detach)(nil),
 		(*AttachRequest_ToolsChanged)(nil),
+		(*AttachRequest_Heartbeat)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[15].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[23].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[24].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_Key)(nil),
 	}
@@ -2977,7 +3049,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
