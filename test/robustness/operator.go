@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -175,5 +176,9 @@ func (op *operator) check(server map[string]*ServerCall, dir string) (linearize.
 	if err != nil {
 		return linearize.Report{}, err
 	}
-	return linearize.Check(linearize.Options{Janitor: true}, h, 2*time.Minute, filepath.Join(dir, "linearizability.html"))
+	r, err := linearize.Check(linearize.Options{Janitor: true, Retention: true}, h, 2*time.Minute, filepath.Join(dir, "linearizability.html"))
+	if err == nil && r.Result != porcupine.Ok {
+		err = linearize.WriteHistory(h, filepath.Join(dir, "linearizability.json"))
+	}
+	return r, err
 }

@@ -1,7 +1,9 @@
 package linearize
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -52,4 +54,45 @@ func Check(o Options, history []porcupine.Operation, timeout time.Duration, html
 	}
 	r.Visualisation = html
 	return r, nil
+}
+
+// WriteHistory writes a history as JSON, for ReadHistory to replay.
+func WriteHistory(h []porcupine.Operation, path string) error {
+	type rec struct {
+		Client    int
+		Call, Ret int64
+		In        Input
+		Out       Output
+	}
+	out := make([]rec, len(h))
+	for i, op := range h {
+		out[i] = rec{op.ClientId, op.Call, op.Return, op.Input.(Input), op.Output.(Output)}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// ReadHistory reads what WriteHistory wrote.
+func ReadHistory(path string) ([]porcupine.Operation, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in []struct {
+		Client    int
+		Call, Ret int64
+		In        Input
+		Out       Output
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	h := make([]porcupine.Operation, len(in))
+	for i, r := range in {
+		h[i] = porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Ret, Input: r.In, Output: r.Out}
+	}
+	return h, nil
 }

@@ -12,7 +12,9 @@
 // latest call failed with its worker lost and was no retry itself. A
 // cancel (by key: the latest call; by reference: the named one), Complete
 // and Fail move a running call to their state and win, or report what
-// won. GetCall reads the latest call (by key) or the named one. A scope's
+// won; a decision by the call's owner (by reference, Complete, Fail) that
+// finds the same decision made is its own earlier attempt, whose reply was
+// lost, and wins again. GetCall reads the latest call (by key) or the named one. A scope's
 // CancelScope is checked per key: it cancelled the key's running call, or
 // found none running.
 package linearize
@@ -88,6 +90,9 @@ type call struct {
 	State     string
 	Initiator string
 	Retry     bool
+	// Gone says retention removed the settled call: it was found missing,
+	// and may not be found again.
+	Gone bool
 }
 
 // state is one key's calls, oldest first. Steps never modify a state.
@@ -128,6 +133,9 @@ type Options struct {
 	// workers and their faults, off where nothing but the recorded
 	// clients decides.
 	Janitor bool
+	// Retention allows a settled call to be missing (its records expired);
+	// once found missing it stays missing.
+	Retention bool
 }
 
 // Model returns the porcupine model, partitioned by call key.
@@ -143,7 +151,13 @@ func Model(o Options) porcupine.Model {
 			}
 			var next []interface{}
 			for _, p := range pre {
-				for _, n := range step(p, i, o2) {
+				if o.Retention && missing(i, o2) {
+					if n, ok := forget(p, i); ok {
+						next = append(next, n)
+					}
+					continue
+				}
+				for _, n := range step(p, i, o2, o) {
 					next = append(next, n)
 				}
 			}
@@ -154,6 +168,30 @@ func Model(o Options) porcupine.Model {
 		DescribeState:     describeState,
 	}
 	return nm.ToModel()
+}
+
+// missing says an operation found no call.
+func missing(in Input, out Output) bool {
+	return !out.Unknown && (out.Result == RNotFound || out.Result == RUnknown)
+}
+
+// forget explains a call found missing by retention: the call named (or
+// the key's latest) settled, and is gone from now on. A key with no call
+// at all is missing without retention.
+func forget(s state, in Input) (state, bool) {
+	i := len(s) - 1
+	if in.Op != OpCancelKey && in.Op != OpGetKey {
+		i = s.find(in.ID)
+	}
+	if i < 0 {
+		return s, true
+	}
+	c := s[i]
+	if c.State == Running {
+		return s, false
+	}
+	c.Gone = true
+	return s.with(i, c), true
 }
 
 // janitor fails the key's running call, if any.
@@ -167,12 +205,12 @@ func janitor(s state, initiator string) state {
 
 // step returns the states s may move to by an operation with this
 // output: none if the output is impossible in s.
-func step(s state, in Input, out Output) []state {
+func step(s state, in Input, out Output, o Options) []state {
 	if out.Unknown {
 		// It took effect (with some output) or it did not.
 		return append(effects(s, in), s)
 	}
-	if n, ok := apply(s, in, out); ok {
+	if n, ok := apply(s, in, out, o); ok {
 		return []state{n}
 	}
 	return nil
@@ -219,7 +257,7 @@ func placeable(s state, in Input) (ok, retry bool) {
 	if in.Op == OpBegin {
 		return !any || c.State != Running, false
 	}
-	return any && c.ID == in.ID && c.State == Failed && c.Initiator == WorkerLost && !c.Retry, true
+	return any && !c.Gone && c.ID == in.ID && c.State == Failed && c.Initiator == WorkerLost && !c.Retry, true
 }
 
 // lost is what a decision reports when the call had already settled.
@@ -230,10 +268,10 @@ var lost = map[string]map[string]string{
 
 // apply steps s by an operation of known output, if that output is
 // possible in s.
-func apply(s state, in Input, out Output) (state, bool) {
+func apply(s state, in Input, out Output, o Options) (state, bool) {
 	switch in.Op {
 	case OpBegin, OpRetry:
-		return applyBegin(s, in, out)
+		return applyBegin(s, in, out, o)
 	case OpCancelKey:
 		c, ok := s.latest()
 		if !ok {
@@ -267,7 +305,7 @@ func apply(s state, in Input, out Output) (state, bool) {
 	return s, false
 }
 
-func applyBegin(s state, in Input, out Output) (state, bool) {
+func applyBegin(s state, in Input, out Output, o Options) (state, bool) {
 	ok, retry := placeable(s, in)
 	switch out.Result {
 	case "":
@@ -276,7 +314,9 @@ func applyBegin(s state, in Input, out Output) (state, bool) {
 		c, any := s.latest()
 		return s, in.Op == OpBegin && any && c.State == Running
 	case RNotRetryable:
-		return s, in.Op == OpRetry && !ok
+		// With retention on (a real cluster's timings), a call past its
+		// deadline, or expired, is not retried either.
+		return s, in.Op == OpRetry && (!ok || o.Retention)
 	case RRefused:
 		return s, true
 	}
@@ -286,7 +326,13 @@ func applyBegin(s state, in Input, out Output) (state, bool) {
 // decide steps the call at i by a cancel or a settle: it wins on a running
 // call and reports the winner on a settled one.
 func decide(s state, i int, c call, kind string, in Input, out Output) (state, bool) {
-	if out.Result != lost[kind][c.State] {
+	want := lost[kind][c.State]
+	if in.Op != OpCancelKey && c.State == target(in.Op) && c.Initiator == in.Initiator {
+		// The owner's decision found made already is its own earlier
+		// attempt (whose reply was lost): it is won again.
+		want = lost[kind][Running]
+	}
+	if c.Gone || out.Result != want {
 		return s, false
 	}
 	if c.State != Running {
@@ -304,7 +350,7 @@ func read(s state, in Input, out Output) (state, bool) {
 		return s, out.Result == RNotFound
 	}
 	c := s[i]
-	if out.Result == RNotFound || c.State != out.State || (c.ID != "" && out.ID != "" && c.ID != out.ID) {
+	if c.Gone || out.Result == RNotFound || c.State != out.State || (c.ID != "" && out.ID != "" && c.ID != out.ID) {
 		return s, false
 	}
 	if c.ID == "" {

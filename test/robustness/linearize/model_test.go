@@ -71,6 +71,10 @@ func TestModelAcceptsLinearizableHistories(t *testing.T) {
 			op(1, 6, 7, Input{Op: OpRetry, Key: k1, ID: "a"}, Output{Result: RNotRetryable}),
 			getKey(2, 8, 9, "b", Running),
 		}},
+		{"the owner's repeated decision is its own, won again", []porcupine.Operation{
+			begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), complete(1, 4, 5, "a", RWon), cancelKey(2, 6, 7, RAlreadyCompleted),
+			failRef(2, 8, 9, "a", WorkerLost, RAlreadyCompleted),
+		}},
 		{"the id reused after the call settled", []porcupine.Operation{
 			begin(0, 1, "a"), op(1, 2, 3, Input{Op: OpBegin, Key: k1}, Output{Result: RDuplicate}),
 			complete(2, 4, 5, "a", RWon), begin(6, 7, "b"), getKey(1, 8, 9, "b", Running),
@@ -116,6 +120,9 @@ func TestModelRejectsAnomalies(t *testing.T) {
 		{"a second call placed while the first runs", []porcupine.Operation{
 			begin(0, 1, "a"), begin(2, 3, "b"),
 		}},
+		{"a decision by another initiator is no repeat", []porcupine.Operation{
+			begin(0, 1, "a"), failRef(1, 2, 3, "a", "tool", RWon), failRef(1, 4, 5, "a", WorkerLost, RWon),
+		}},
 		{"a scope cancel that missed a running call", []porcupine.Operation{
 			begin(0, 1, "a"), op(1, 2, 3, Input{Op: OpCancelScope, Key: k1, Initiator: "disconnect"}, Output{}),
 			getKey(2, 4, 5, "a", Running),
@@ -147,5 +154,34 @@ func TestModelJanitor(t *testing.T) {
 	afterCompletion := []porcupine.Operation{begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), getKey(2, 4, 5, "a", Failed)}
 	if r, _ := Check(Options{Janitor: true}, afterCompletion, 10*time.Second, ""); r.Result != porcupine.Illegal {
 		t.Fatalf("a failure after completion: %v, want Illegal", r)
+	}
+}
+
+// TestModelRetention: with retention, a settled call may go missing, but a
+// running one may not, and a call found missing is not found again.
+func TestModelRetention(t *testing.T) {
+	getID := func(client int, call, ret int64, id, st, result string) porcupine.Operation {
+		return op(client, call, ret, Input{Op: OpGetID, Key: k1, ID: id}, Output{State: st, Result: result})
+	}
+	for _, tc := range []struct {
+		name string
+		h    []porcupine.Operation
+		want porcupine.CheckResult
+	}{
+		{"a settled call expires", []porcupine.Operation{
+			begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), getID(1, 4, 5, "a", "", RNotFound), cancelKey(1, 6, 7, RUnknown),
+		}, porcupine.Ok},
+		{"a running call cannot expire", []porcupine.Operation{
+			begin(0, 1, "a"), getID(1, 4, 5, "a", "", RNotFound),
+		}, porcupine.Illegal},
+		{"an expired call does not come back", []porcupine.Operation{
+			begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), getID(1, 4, 5, "a", "", RNotFound), getID(1, 6, 7, "a", Completed, ""),
+		}, porcupine.Illegal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r, _ := Check(Options{Retention: true}, tc.h, 10*time.Second, ""); r.Result != tc.want {
+				t.Fatalf("%v, want %v", r, tc.want)
+			}
+		})
 	}
 }
