@@ -75,7 +75,7 @@ func TestCluster(t *testing.T) {
 	}
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: fixedSeed, Duration: 90 * time.Second, MaxTime: 170 * time.Second,
-		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 3 * time.Second,
+		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 2 * time.Second,
 		GoHTTP: 10, GoStdio: 2, TS: 2,
 	}, true)
 }

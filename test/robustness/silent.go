@@ -18,6 +18,11 @@ const (
 // drainTimeout is the workers' --drain-timeout.
 const drainTimeout = time.Second
 
+// probeSeconds is how long a probe's sleep runs: within the deadline the
+// coordinators allow (half the 10 s retention), so that the deadline
+// decides nothing a fault should.
+const probeSeconds = 4.5
+
 // injectSilent runs one of the kinds above; false if kind is not one.
 func (in *Injector) injectSilent(ctx context.Context, kind string) (bool, error) {
 	var err error
@@ -37,28 +42,29 @@ func (in *Injector) injectSilent(ctx context.Context, kind string) (bool, error)
 }
 
 // silentWorker: the probe's worker is cut off both ways, from the gateways
-// and the coordinators, with no FIN or RST, for the lease TTL plus 11 s.
-// Its call must be FAILED (worker_lost) and its client answered with an
-// error within the lease TTL plus 10 s.
+// and the coordinators, with no FIN or RST. Its connections stay silent
+// for good; the proxies take new ones again after twice the lease TTL. The
+// call must be FAILED (worker_lost) and its client answered with an error
+// within the lease TTL plus 10 s.
 func (in *Injector) silentWorker(ctx context.Context) error {
-	p, w, err := in.aim(ctx, FSilentWorker, 12, 12)
+	p, w, err := in.aim(ctx, FSilentWorker, probeSeconds, 9)
 	if err != nil {
 		return err
 	}
 	ttl := in.c.opts.LeaseTTL
-	in.note(FSilentWorker, "worker %d (%s) for %v", w, in.c.name(w), ttl+11*time.Second)
+	in.note(FSilentWorker, "worker %d (%s), new connections silent for %v", w, in.c.name(w), 2*ttl)
 	now := time.Now()
 	p.mark(func(c *ClientCall) { c.AnswerBy = now.Add(ttl + answerBound) })
-	in.cut(ctx, append([]*Proxy{in.c.workerIn[w]}, in.c.workerCoord[w]...), modeSilent, 0, ttl+11*time.Second)
+	in.cut(ctx, append([]*Proxy{in.c.workerIn[w]}, in.c.workerCoord[w]...), modeSilent, 0, 2*ttl)
 	p.wait()
 	return nil
 }
 
-// drainWorker: the probe's worker gets SIGTERM with a 12 s call in
-// flight; after its 1 s drain the client must have an error within a few
-// seconds. The slot is then started again.
+// drainWorker: the probe's worker gets SIGTERM with a call in flight for
+// 3.5 s more; after its 1 s drain the client must have an error within a
+// few seconds. The slot is then started again.
 func (in *Injector) drainWorker(ctx context.Context) error {
-	p, w, err := in.aim(ctx, FDrainWorker, 12, 12)
+	p, w, err := in.aim(ctx, FDrainWorker, probeSeconds, 9)
 	if err != nil {
 		return err
 	}
@@ -75,7 +81,7 @@ func (in *Injector) drainWorker(ctx context.Context) error {
 // reads again 6 s after it stopped. The cancel must be decided within 3 s
 // of being sent, whatever the stalled stream does.
 func (in *Injector) slowReader(ctx context.Context) error {
-	p, err := in.startProbe(ctx, FSlowReader, 12, 6000, true)
+	p, err := in.startProbe(ctx, FSlowReader, probeSeconds, 2250, true)
 	if err != nil {
 		return err
 	}

@@ -90,10 +90,14 @@ type call struct {
 	State     string
 	Initiator string
 	Retry     bool
-	// Gone says retention removed the settled call: it was found missing,
-	// and may not be found again.
-	Gone bool
+	// Gone says retention removed the settled call's record, IndexGone
+	// its key's index entry (written at Begin, it expires first): found
+	// missing, by id or by key, it may not be found so again.
+	Gone, IndexGone bool
 }
+
+// byKey says the operation finds its call through the key's index.
+func byKey(op string) bool { return op == OpCancelKey || op == OpGetKey }
 
 // state is one key's calls, oldest first. Steps never modify a state.
 type state []call
@@ -180,7 +184,7 @@ func missing(in Input, out Output) bool {
 // at all is missing without retention.
 func forget(s state, in Input) (state, bool) {
 	i := len(s) - 1
-	if in.Op != OpCancelKey && in.Op != OpGetKey {
+	if !byKey(in.Op) {
 		i = s.find(in.ID)
 	}
 	if i < 0 {
@@ -190,8 +194,19 @@ func forget(s state, in Input) (state, bool) {
 	if c.State == Running {
 		return s, false
 	}
-	c.Gone = true
+	c.IndexGone = true
+	if !byKey(in.Op) {
+		c.Gone = true
+	}
 	return s.with(i, c), true
+}
+
+// found says a call the operation found was still there to find.
+func found(c call, op string) bool {
+	if byKey(op) {
+		return !c.IndexGone
+	}
+	return !c.Gone
 }
 
 // janitor fails the key's running call, if any.
@@ -332,7 +347,7 @@ func decide(s state, i int, c call, kind string, in Input, out Output) (state, b
 		// attempt (whose reply was lost): it is won again.
 		want = lost[kind][Running]
 	}
-	if c.Gone || out.Result != want {
+	if !found(c, in.Op) || out.Result != want {
 		return s, false
 	}
 	if c.State != Running {
@@ -350,7 +365,7 @@ func read(s state, in Input, out Output) (state, bool) {
 		return s, out.Result == RNotFound
 	}
 	c := s[i]
-	if c.Gone || out.Result == RNotFound || c.State != out.State || (c.ID != "" && out.ID != "" && c.ID != out.ID) {
+	if !found(c, in.Op) || out.Result == RNotFound || c.State != out.State || (c.ID != "" && out.ID != "" && c.ID != out.ID) {
 		return s, false
 	}
 	if c.ID == "" {

@@ -174,6 +174,9 @@ func TestModelRetention(t *testing.T) {
 		{"a running call cannot expire", []porcupine.Operation{
 			begin(0, 1, "a"), getID(1, 4, 5, "a", "", RNotFound),
 		}, porcupine.Illegal},
+		{"the index expires before the record", []porcupine.Operation{
+			begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), op(1, 4, 5, Input{Op: OpGetKey, Key: k1}, Output{Result: RNotFound}), getID(1, 6, 7, "a", Completed, ""),
+		}, porcupine.Ok},
 		{"an expired call does not come back", []porcupine.Operation{
 			begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), getID(1, 4, 5, "a", "", RNotFound), getID(1, 6, 7, "a", Completed, ""),
 		}, porcupine.Illegal},
