@@ -25,20 +25,21 @@ type probe struct {
 	cancel context.CancelFunc
 	done   chan struct{} // the call returned
 	stall  *stallable    // nil unless the probe reads slowly
+	gw     int           // the gateway it talks to
 }
 
 // startProbe starts a call of the sleep tool for the fault kind.
 func (in *Injector) startProbe(ctx context.Context, kind string, seconds float64, steps int, slow bool) (*probe, error) {
 	wl := in.wl
 	token, principal := wl.nextPrincipal()
-	p := &probe{in: in, w: newWire(nil), done: make(chan struct{})}
+	p := &probe{in: in, w: newWire(nil), done: make(chan struct{}), gw: in.r.IntN(2)}
 	var base http.RoundTripper = wl.http
 	if slow {
 		p.stall = newStallable()
 		base = p.stall.transport()
 	}
 	t := &mcp.StreamableClientTransport{
-		Endpoint:   wl.c.MCPURL(in.r.IntN(2)),
+		Endpoint:   wl.c.MCPURL(p.gw),
 		HTTPClient: &http.Client{Transport: &tapTransport{base: base, token: token, w: p.w}},
 		MaxRetries: -1, DisableStandaloneSSE: true,
 	}

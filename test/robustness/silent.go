@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -77,9 +78,12 @@ func (in *Injector) drainWorker(ctx context.Context) error {
 }
 
 // slowReader: the probe's client stops reading its event stream while the
-// call sends progress fast; 2 s later it cancels (on its own POST), and
-// reads again 6 s after it stopped. The cancel must be decided within 3 s
-// of being sent, whatever the stalled stream does.
+// call sends progress fast; 2 s later it cancels (on its own POST). The
+// cancel must be decided within 3 s of being sent, whatever the stalled
+// stream does. 1 s later its gateway gets SIGTERM: with the client still
+// stalled, it must exit within its 1 s shutdown grace plus 5 s (else the
+// fault does not recover), and is started again; the client reads again
+// once it is gone.
 func (in *Injector) slowReader(ctx context.Context) error {
 	p, err := in.startProbe(ctx, FSlowReader, probeSeconds, 2250, true)
 	if err != nil {
@@ -90,7 +94,7 @@ func (in *Injector) slowReader(ctx context.Context) error {
 		p.wait()
 		return err
 	}
-	in.note(FSlowReader, "stalled for 6s, cancelled after 2s")
+	in.note(FSlowReader, "gateway %d: stalled, cancelled after 2s, gateway stopped 1s later", p.gw)
 	stalled := time.Now()
 	p.stall.stop()
 	pace(ctx, 2*time.Second)
@@ -98,10 +102,20 @@ func (in *Injector) slowReader(ctx context.Context) error {
 	p.mark(func(c *ClientCall) { c.CancelSent, c.DecideBy = now, now.Add(3*time.Second) })
 	in.wl.cancels.Add(1)
 	p.cancel()
-	pace(ctx, 4*time.Second)
+	pace(ctx, time.Second)
+	began := time.Now()
+	in.c.gateways[p.gw].stop(20 * time.Second)
+	took := time.Since(began)
 	p.stall.resume()
 	p.wait()
 	p.stall.base.CloseIdleConnections()
+	err = in.c.gateways[p.gw].start()
+	if err == nil {
+		err = in.c.waitGateway(ctx, p.gw)
+	}
+	if limit := time.Second + 5*time.Second; err == nil && took > limit {
+		err = fmt.Errorf("gateway %d took %v to stop with a stalled client (limit %v)", p.gw, took.Round(time.Millisecond), limit)
+	}
 	// What the client read after it stalled, it read late: when it arrived
 	// is not known, so it is not held against the progress rules.
 	p.mark(func(c *ClientCall) {
@@ -113,7 +127,7 @@ func (in *Injector) slowReader(ctx context.Context) error {
 		}
 		c.Progress = kept
 	})
-	return nil
+	return err
 }
 
 // lostCompleteReply: as the probe's call completes, everything the
