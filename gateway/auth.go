@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -23,24 +24,70 @@ type Authenticator interface {
 	Authenticate(r *http.Request) (principal string, err error)
 }
 
+// Identity is who a request's credentials name, and the OAuth scopes
+// they grant. Handlers see it (Call.Principal, Call.Scopes); the token
+// itself goes no further than the gateway.
+type Identity struct {
+	Principal string
+	Scopes    []string
+}
+
+// IdentityAuthenticator is an Authenticator that also knows the scopes
+// its credentials grant (a JWT's "scope" and "scp" claims).
+type IdentityAuthenticator interface {
+	Authenticator
+	Identify(r *http.Request) (Identity, error)
+}
+
+// identify authenticates r with a: a nil a names everyone "anonymous".
+func identify(a Authenticator, r *http.Request) (Identity, error) {
+	switch a := a.(type) {
+	case nil:
+		return Identity{Principal: anonymous}, nil
+	case IdentityAuthenticator:
+		return a.Identify(r)
+	default:
+		p, err := a.Authenticate(r)
+		return Identity{Principal: p}, err
+	}
+}
+
+type identityKey struct{}
+
+func withIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// identityFrom returns the identity principalOf put in ctx; stdio
+// connections have none.
+func identityFrom(ctx context.Context) Identity {
+	id, _ := ctx.Value(identityKey{}).(Identity)
+	return id
+}
+
 // AnyOf accepts a request that any of auths accepts, trying them in
 // order (say a tokens file, then a JWKS).
-func AnyOf(auths ...Authenticator) Authenticator { return anyOf(auths) }
+func AnyOf(auths ...Authenticator) IdentityAuthenticator { return anyOf(auths) }
 
 type anyOf []Authenticator
 
 func (as anyOf) Authenticate(r *http.Request) (string, error) {
+	id, err := as.Identify(r)
+	return id.Principal, err
+}
+
+func (as anyOf) Identify(r *http.Request) (Identity, error) {
 	err := ErrUnauthenticated
 	for _, a := range as {
-		p, e := a.Authenticate(r)
+		id, e := identify(a, r)
 		if e == nil {
-			return p, nil
+			return id, nil
 		}
 		if !errors.Is(e, ErrUnauthenticated) || errors.Is(err, ErrUnauthenticated) {
 			err = e // an internal failure outranks a refusal
 		}
 	}
-	return "", err
+	return Identity{}, err
 }
 
 // TokenFile authenticates bearer tokens listed in a file, one
@@ -151,29 +198,19 @@ func (w *watchedFile[T]) reloadLocked() error {
 	return nil
 }
 
-// principalOf authenticates r, answering 401 when it fails. It reports
-// false when the request must not go on.
-func (h *httpTransport) principalOf(w http.ResponseWriter, r *http.Request) (string, bool) {
-	if h.g.opts.Authenticator == nil {
-		return anonymous, true
-	}
-	p, err := h.g.opts.Authenticator.Authenticate(r)
+// principalOf authenticates r, answering 401 when it fails. It returns
+// the request carrying the caller's Identity, and false when the request
+// must not go on.
+func (h *httpTransport) principalOf(w http.ResponseWriter, r *http.Request) (string, *http.Request, bool) {
+	id, err := identify(h.g.opts.Authenticator, r)
 	if err == nil {
-		return p, true
+		return id.Principal, r.WithContext(withIdentity(r.Context(), id)), true
 	}
 	if !errors.Is(err, ErrUnauthenticated) {
 		h.g.log.Error("authenticating a request", "err", err)
 	} else {
 		h.g.log.Debug("unauthenticated request", "err", err, "remote", r.RemoteAddr)
 	}
-	// RFC 6750 section 3: no error code when no credentials were sent.
-	challenge := `Bearer realm="mcpcancel"`
-	if r.Header.Get("Authorization") != "" {
-		challenge += `, error="invalid_token", error_description="the bearer token is invalid or expired"`
-	}
-	w.Header().Set("WWW-Authenticate", challenge)
-	w.Header().Set("Content-Type", contentJSON)
-	w.WriteHeader(http.StatusUnauthorized)
-	w.Write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"unauthorized: a valid bearer token is required"}}`))
-	return "", false
+	h.guard.unauthorized(w, r)
+	return "", r, false
 }

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/authz"
 )
 
 var fuzzKey = []byte("0123456789abcdef0123456789abcdef")
@@ -31,7 +33,8 @@ func fuzzToken(claims string) string {
 }
 
 // JWTs from clients: verification never panics, and whatever it accepts
-// has a subject and names the one trusted issuer.
+// has a subject, names the one trusted issuer, and grants only scopes
+// that are scope tokens.
 func FuzzJWT(f *testing.F) {
 	file := filepath.Join(f.TempDir(), "jwks.json")
 	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
@@ -46,21 +49,28 @@ func FuzzJWT(f *testing.F) {
 	f.Add("a.b.c")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, token string) {
-		keys, _ := auth.keys.get()
-		p, err := auth.verify(token, keys)
+		id, err := auth.verify(t.Context(), token)
 		if err != nil {
 			return
 		}
+		p := id.Principal
 		if !strings.HasPrefix(p, "jwt:iss:") || len(p) == len("jwt:iss:") || len(p) > maxPrincipalBytes {
 			t.Fatalf("accepted %q as %q", token, p)
+		}
+		for _, s := range id.Scopes {
+			if !validScope(s) {
+				t.Fatalf("accepted %q with scope %q, which cannot stand in a challenge", token, s)
+			}
 		}
 	})
 }
 
 // Whole HTTP requests against a gateway whose coordinator cannot be
-// reached: any method, headers (session id, protocol version, method and
-// name headers, bearer token, content type) and body get an HTTP answer
-// without a panic, and a JSON answer is valid JSON.
+// reached (open, with a tokens file, and as an OAuth resource server with
+// a policy): any method, headers (session id, protocol version, method
+// and name headers, bearer token, content type) and body get an HTTP
+// answer without a panic, a JSON answer is valid JSON, and a challenge
+// is one Bearer challenge the go-sdk's client parser reads.
 func FuzzHTTPRequest(f *testing.F) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -80,8 +90,11 @@ func FuzzHTTPRequest(f *testing.F) {
 	}
 	open := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second})
 	authed := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf})
-	f.Cleanup(func() { open.Close(); authed.Close(); conn.Close() })
-	handlers := []http.Handler{open.Handler(), authed.Handler()}
+	oauth := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf,
+		Auth: &AuthOptions{Resource: "https://mcp.example/mcp", Requests: RateLimit{Rate: 1e6},
+			Policy: &authz.ToolPolicy{Required: []string{"mcp"}, Tools: map[string][]string{"echo": {"tools:echo"}}}}})
+	f.Cleanup(func() { open.Close(); authed.Close(); oauth.Close(); conn.Close() })
+	handlers := []http.Handler{open.Handler(), authed.Handler(), oauth.Handler()}
 	methods := []string{http.MethodPost, http.MethodGet, http.MethodDelete, http.MethodPut}
 
 	f.Add(uint8(0), initBody, "", "", "", "application/json", "")
@@ -91,6 +104,9 @@ func FuzzHTTPRequest(f *testing.F) {
 	f.Add(uint8(8), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`, "sess", "2025-11-25", "", "application/json", "Bearer tok")
 	f.Add(uint8(1), "", "sess", "", "", "", "")
 	f.Add(uint8(2), "", "sess", "", "", "", "Bearer nope")
+	f.Add(uint8(16), initBody, "", "", "", "application/json", "Bearer tok")
+	f.Add(uint8(16), initBody, "", "", "", "application/json", "")
+	f.Add(uint8(16), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, "sess", "2025-11-25", "", "application/json", "Bearer tok")
 	f.Fuzz(func(t *testing.T, which uint8, body, session, version, method, ctype, authz string) {
 		r := httptest.NewRequest(methods[int(which)%len(methods)], "/mcp", strings.NewReader(body))
 		for k, v := range map[string]string{hdrSession: session, hdrVersion: version, hdrMethod: method, "Content-Type": ctype, "Authorization": authz} {
@@ -107,7 +123,40 @@ func FuzzHTTPRequest(f *testing.F) {
 		if strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") && w.Body.Len() > 0 && !json.Valid(w.Body.Bytes()) {
 			t.Fatalf("invalid JSON answer: %q", w.Body.String())
 		}
+		if h := w.Header().Get("WWW-Authenticate"); h != "" {
+			if cs, err := oauthex.ParseWWWAuthenticate([]string{h}); err != nil || len(cs) != 1 || cs[0].Scheme != "bearer" {
+				t.Fatalf("a challenge clients cannot parse: %q (%v)", h, err)
+			}
+		}
 	})
 }
 
 const initBody = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+// JWK sets from a file or an identity provider: parsing never panics,
+// and a set it accepts has at least one and at most maxKeys keys, each
+// for signing and strong enough.
+func FuzzKeySetKeepsOnlyStrongSigningKeys(f *testing.F) {
+	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
+	f.Add([]byte(`{"keys":[{"kty":"oct","kid":"k","k":"` + k + `"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"oct","k":"c2hvcnQ"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"},{"kty":"OKP","crv":"Ed25519","x":"AA"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB","use":"enc"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, err := parseKeySet(b, 4)
+		if err != nil {
+			return
+		}
+		if len(keys) == 0 || len(keys) > 4 {
+			t.Fatalf("accepted %d keys", len(keys))
+		}
+		for _, key := range keys {
+			if u := key.Marshal().USE; u != "" && u != "sig" {
+				t.Fatalf("accepted a key for %q", u)
+			}
+			if err := strongEnough(key.Key()); err != nil {
+				t.Fatalf("accepted a weak key: %v", err)
+			}
+		}
+	})
+}

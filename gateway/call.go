@@ -41,6 +41,7 @@ type call struct {
 	token    json.RawMessage // the client's progress token, if any
 	modern   bool            // 2026-07-28: results say resultType
 	logLevel string          // 2026-07-28: the request's own log level; none means no logs
+	scopes   []string        // the scopes the caller's token granted, for the handler
 
 	mu       sync.Mutex
 	state    int
@@ -72,7 +73,7 @@ type callParams struct {
 // handleCall runs tools/call to its end: registered before any remote
 // work, begun at the coordinator, executed on the worker, answered through
 // the gate.
-func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
+func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink) {
 	var p callParams
 	if err := json.Unmarshal(m.Params, &p); err != nil || p.Name == "" {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")))
@@ -82,7 +83,7 @@ func (s *session) handleCall(m *jsonrpc.Message, reply sink) {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
 		return
 	}
-	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel}
+	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -270,7 +271,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
-		Worker: begun.GetWorker(), Principal: c.s.principal,
+		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 	})
 	if err != nil {
 		return c.lost(begun, err)

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
@@ -33,6 +34,11 @@ var ErrClosed = errors.New("gateway: closed")
 type Options struct {
 	// Coordinator is a client of the coordinator service. Required.
 	Coordinator pb.CoordinatorServiceClient
+	// CoordinatorHealth, if set, is the coordinators' gRPC health service,
+	// on the same connection: /readyz then means a coordinator can decide
+	// calls now (it reaches etcd and its watches are open), not only that
+	// one answers.
+	CoordinatorHealth healthpb.HealthClient
 	// Name identifies this replica in call records (default: random).
 	Name string
 	// CallTimeout bounds every tool call (default 10m).
@@ -48,6 +54,10 @@ type Options struct {
 	// Authenticator names the principal of each HTTP request (nil: every
 	// client is "anonymous"). Unauthenticated requests get 401.
 	Authenticator Authenticator
+	// Auth, if set, adds OAuth resource-server metadata and challenges,
+	// per-tool scopes and lists, and per-principal rate limits (see
+	// AuthOptions).
+	Auth *AuthOptions
 	// MaxMessageBytes bounds one incoming message (default 4 MiB).
 	MaxMessageBytes int64
 	// WriteTimeout bounds every write to a client (default 10s). A client

@@ -36,11 +36,12 @@ const (
 // serves the 2025 revisions (sessions, GET stream, DELETE) and 2026-07-28
 // (stateless; closing a request's stream cancels it) side by side.
 func (g *Gateway) Handler() http.Handler {
-	return &httpTransport{g: g, sessions: map[string]*session{}}
+	return &httpTransport{g: g, sessions: map[string]*session{}, guard: newGuard(g.opts.Auth)}
 }
 
 type httpTransport struct {
-	g *Gateway
+	g     *Gateway
+	guard *guard // authorisation and rate limits (oauth.go)
 
 	mu       sync.Mutex
 	sessions map[string]*session // 2025 sessions this replica has seen
@@ -51,7 +52,7 @@ func (h *httpTransport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusForbidden, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", r.Header.Get("Origin")))
 		return
 	}
-	principal, ok := h.principalOf(w, r)
+	principal, r, ok := h.principalOf(w, r)
 	if !ok {
 		return
 	}
@@ -113,6 +114,9 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal s
 	}
 	if v := r.Header.Get(hdrVersion); v != "" && !slices.Contains(SupportedVersions, v) {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, m.Kind == jsonrpc.KindRequest, unsupportedVersion(v))
+		return
+	}
+	if !h.admit(w, r, m, principal) {
 		return
 	}
 	if isModern(r, m) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/hmac"
 	"crypto/rand"
@@ -16,11 +17,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -305,5 +308,88 @@ func TestJWTGateway(t *testing.T) {
 	}
 	if resp, _ := authedPost(t, url, fresh.token(nil, claims("alice", time.Hour, nil)), "", initBody); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a token of the new key: %d", resp.StatusCode)
+	}
+}
+
+// libSigner signs with golang-jwt, for the algorithms the hand-made
+// signers above do not cover.
+func libSigner(t *testing.T, alg, kid string) (*signer, jwt.SigningMethod, any) {
+	t.Helper()
+	var key any
+	var jwk map[string]any
+	switch alg {
+	case "PS256":
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, jwk = k, map[string]any{"kty": "RSA", "kid": kid, "n": b64(k.N.Bytes()), "e": b64(big.NewInt(int64(k.E)).Bytes()), "alg": "PS256"}
+	case "ES384":
+		k, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := k.PublicKey.Bytes()
+		key, jwk = k, map[string]any{"kty": "EC", "crv": "P-384", "kid": kid, "x": b64(raw[1:49]), "y": b64(raw[49:])}
+	case "EdDSA":
+		pub, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, jwk = priv, map[string]any{"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": b64(pub)}
+	}
+	method := jwt.GetSigningMethod(alg)
+	return &signer{alg: alg, kid: kid, jwk: jwk, sign: func(b []byte) []byte {
+		sig, err := method.Sign(string(b), key)
+		if err != nil {
+			panic(err)
+		}
+		return sig
+	}}, method, key
+}
+
+// PS256, ES384 and EdDSA verify; a key's own "alg" binds it (a PS256
+// key does not verify RS256 tokens); with Types set, only those "typ"
+// headers pass (RFC 9068); scopes come from "scope" and "scp".
+func TestJWTAlgorithmsAndTypes(t *testing.T) {
+	ps, _, psKey := libSigner(t, "PS256", "p1")
+	es, _, _ := libSigner(t, "ES384", "e1")
+	ed, _, _ := libSigner(t, "EdDSA", "d1")
+	file := filepath.Join(t.TempDir(), "jwks.json")
+	writeJWKS(t, file, ps, es, ed)
+	auth, err := gateway.NewJWKS(file, gateway.JWTOptions{Issuer: "https://issuer.test", Audience: "mcpcancel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*signer{ps, es, ed} {
+		if p, err := authenticate(auth, s.token(nil, claims("alice", time.Minute, nil))); err != nil || p != "jwt:https://issuer.test:alice" {
+			t.Fatalf("%s: %q, %v", s.alg, p, err)
+		}
+	}
+	rs := &signer{alg: "RS256", kid: "p1", sign: func(b []byte) []byte {
+		sig, _ := jwt.SigningMethodRS256.Sign(string(b), psKey)
+		return sig
+	}}
+	if _, err := authenticate(auth, rs.token(nil, claims("alice", time.Minute, nil))); err == nil {
+		t.Fatal("an RS256 token verified with a key whose alg is PS256")
+	}
+
+	typed, err := gateway.NewJWKS(file, gateway.JWTOptions{Issuer: "https://issuer.test", Audience: "mcpcancel", Types: []string{"at+jwt", "application/at+jwt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, ok := range map[string]bool{"at+jwt": true, "AT+JWT": true, "application/at+jwt": true, "JWT": false, "": false} {
+		if _, err := authenticate(typed, es.token(map[string]any{"typ": typ}, claims("alice", time.Minute, nil))); (err == nil) != ok {
+			t.Errorf("typ %q: %v, want accepted %v", typ, err, ok)
+		}
+	}
+
+	r := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+	r.Header.Set("Authorization", "Bearer "+ed.token(nil, claims("alice", time.Minute, map[string]any{
+		"scope": "mcp tools:echo", "scp": []string{"tools:echo", "files:read", "bad scope", `q"uote`},
+	})))
+	id, err := auth.Identify(r)
+	if err != nil || !slices.Equal(id.Scopes, []string{"mcp", "tools:echo", "files:read"}) {
+		t.Fatalf("scopes: %+v, %v", id, err)
 	}
 }

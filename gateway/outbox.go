@@ -31,10 +31,14 @@ type streamWriter interface {
 // write pass its deadline, or falls more than limit bytes behind, is cut
 // off: nothing more is written and cut is closed, for the stream's owner
 // to end what only that stream could answer.
+//
+// Progress coalesces only once a backlog of coalesceAt bytes waits: a
+// client that reads, however busy the machine, sees every step.
 type outbox struct {
-	w       streamWriter
-	timeout time.Duration
-	limit   int
+	w          streamWriter
+	timeout    time.Duration
+	limit      int
+	coalesceAt int
 
 	wake  chan struct{} // a message was queued, or the outbox is closing
 	done  chan struct{} // closed when the writer goroutine has returned
@@ -50,10 +54,13 @@ type outbox struct {
 	cause   error
 }
 
+// coalesceBacklog is the backlog past which progress coalesces.
+const coalesceBacklog = 64 << 10
+
 // newOutbox starts the writer goroutine; close stops it and waits.
 func newOutbox(w streamWriter, timeout time.Duration, limit int) *outbox {
 	o := &outbox{
-		w: w, timeout: timeout, limit: limit, keys: map[string]int{},
+		w: w, timeout: timeout, limit: limit, coalesceAt: coalesceBacklog, keys: map[string]int{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), cut: make(chan struct{}),
 	}
 	o.watch = time.AfterFunc(time.Hour, func() {
@@ -76,7 +83,7 @@ func (o *outbox) sendLatest(key string, msg []byte) bool {
 	if o.broken || o.closing {
 		return false
 	}
-	if i, ok := o.keys[key]; ok && key != "" {
+	if i, ok := o.keys[key]; ok && key != "" && o.queued >= o.coalesceAt {
 		o.queued += len(msg) - len(o.queue[i])
 		o.queue[i] = msg
 		return true

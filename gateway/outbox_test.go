@@ -57,6 +57,7 @@ func TestOutboxKeepsOrderAndCoalesces(t *testing.T) {
 		goAhead := make(chan struct{})
 		w := &orderWriter{first: goAhead}
 		o := newOutbox(w, time.Minute, 1<<20)
+		o.coalesceAt = 0 // as if a backlog were waiting
 		o.send([]byte("first"))
 		synctest.Wait() // the writer holds "first"
 		o.sendLatest("p", []byte("progress 1"))
@@ -73,6 +74,24 @@ func TestOutboxKeepsOrderAndCoalesces(t *testing.T) {
 		}
 		if o.send([]byte("late")) {
 			t.Fatal("a closed outbox took a message")
+		}
+	})
+}
+
+// Below the backlog, every progress step is kept.
+func TestOutboxKeepsEveryStepWithoutBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		goAhead := make(chan struct{})
+		w := &orderWriter{first: goAhead}
+		o := newOutbox(w, time.Minute, 1<<20)
+		o.send([]byte("first"))
+		synctest.Wait()
+		o.sendLatest("p", []byte("progress 1"))
+		o.sendLatest("p", []byte("progress 2"))
+		close(goAhead)
+		o.close()
+		if want := []string{"first", "progress 1", "progress 2"}; !slices.Equal(w.written, want) {
+			t.Fatalf("written %q, want %q", w.written, want)
 		}
 	})
 }

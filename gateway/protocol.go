@@ -35,7 +35,7 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		s.mu.Unlock()
 	}
 	if m.Method == "tools/call" {
-		s.handleCall(m, reply)
+		s.handleCall(ctx, m, reply)
 		return
 	}
 	result, rpcErr := s.dispatch(ctx, m)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
@@ -14,6 +16,7 @@ import (
 func (g *Gateway) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.Handler())
+	g.registerMetadata(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -22,15 +25,34 @@ func (g *Gateway) Mux() *http.ServeMux {
 	return mux
 }
 
-// ready answers 200 only while the coordinator answers.
+// ready answers 200 only while calls can be decided now: a coordinator
+// says it is SERVING (it reaches etcd, its watches are open), or, without
+// a health client, answers at all.
 func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := g.coord.ListWorkers(ctx, &pb.ListWorkersRequest{}); err != nil {
-		http.Error(w, "coordinator unavailable", http.StatusServiceUnavailable)
+	if err := g.canDecide(ctx); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	w.Write([]byte("ready\n"))
+}
+
+func (g *Gateway) canDecide(ctx context.Context) error {
+	if g.opts.CoordinatorHealth == nil {
+		if _, err := g.coord.ListWorkers(ctx, &pb.ListWorkersRequest{}); err != nil {
+			return errors.New("the coordinator is unavailable")
+		}
+		return nil
+	}
+	resp, err := g.opts.CoordinatorHealth.Check(ctx, &healthpb.HealthCheckRequest{Service: pb.CoordinatorService_ServiceDesc.ServiceName})
+	switch {
+	case err != nil:
+		return errors.New("the coordinator is unavailable")
+	case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+		return errors.New("the coordinator cannot decide calls now (it cannot reach etcd)")
+	}
+	return nil
 }
 
 // ServeHTTP serves Mux on lis until ctx is done, then stops accepting,

@@ -23,8 +23,18 @@ type Call struct {
 	// Deadline is when the call times out; zero if it has none.
 	Deadline time.Time
 
-	exec *execution
+	exec      *execution
+	principal string
+	scopes    []string
 }
+
+// Principal is who the gateway authenticated the caller as ("anonymous"
+// without authentication). A handler never sees the caller's token.
+func (c *Call) Principal() string { return c.principal }
+
+// Scopes are the OAuth scopes the caller's token granted, as the gateway
+// verified them; nil without OAuth.
+func (c *Call) Scopes() []string { return c.scopes }
 
 // Bind decodes the arguments into v.
 func (c *Call) Bind(v any) error {

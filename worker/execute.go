@@ -75,7 +75,8 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		return err
 	}
 	defer w.untrack(e)
-	call := &Call{ID: req.GetCallId(), Tool: req.GetTool(), Arguments: args, Deadline: req.GetDeadline().AsTime(), exec: e}
+	call := &Call{ID: req.GetCallId(), Tool: req.GetTool(), Arguments: args, Deadline: req.GetDeadline().AsTime(), exec: e,
+		principal: req.GetPrincipal(), scopes: req.GetScopes()}
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}

@@ -1,8 +1,11 @@
-// Package authz authorises gRPC calls by the role of the caller's
-// verified client certificate (see package tlsconfig): a policy maps each
-// method to the roles that may call it, and a few methods also check the
-// request (a worker may settle only calls it names itself as the owner
-// of). It is installed only on servers that require client certificates.
+// Package authz holds the authorisation policies: for gRPC calls, by the
+// role of the caller's verified client certificate (see package
+// tlsconfig): a policy maps each method to the roles that may call it,
+// and a few methods also check the request (a worker may settle only
+// calls it names itself as the owner of), installed only on servers that
+// require client certificates; and for MCP clients of the gateway, a
+// ToolPolicy of the OAuth scopes each request needs and per-principal
+// allow and deny lists of tools.
 package authz
 
 import (

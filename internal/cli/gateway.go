@@ -28,6 +28,7 @@ type gatewayFlags struct {
 	http, coordinator, name, origins string
 	tokensFile                       string
 	jwksFile, jwtIssuer, jwtAudience string
+	oauth                            oauthFlags
 	tls                              tlsconfig.Files // gateway only: dev ignores it
 	admin                            string          // /metrics and /debug/pprof/ beside MCP
 	stdio                            bool
@@ -44,9 +45,10 @@ func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
 	}
 	f.fs.StringVar(&o.name, "name", "", "this gateway replica's `name` in call records (default: generated)")
 	f.fs.StringVar(&o.tokensFile, "tokens-file", "", "`file` of bearer tokens, one \"TOKEN PRINCIPAL\" per line, reread when it changes; empty: no authentication (every client is \"anonymous\")")
-	f.fs.StringVar(&o.jwksFile, "jwks-file", "", "JWKS `file` of the keys (HS256, RS256, ES256) that sign JWT bearer tokens, reread when it changes; needs --jwt-issuer and --jwt-audience; the principal is \"jwt:ISSUER:SUBJECT\"")
-	f.fs.StringVar(&o.jwtIssuer, "jwt-issuer", "", "the `issuer` (\"iss\") every JWT must name")
-	f.fs.StringVar(&o.jwtAudience, "jwt-audience", "", "the `audience` (\"aud\") every JWT must include")
+	f.fs.StringVar(&o.jwksFile, "jwks-file", "", "JWKS `file` of the keys (HMAC, RSA, EC, Ed25519) that sign JWT bearer tokens, reread when it changes; needs --jwt-issuer; the principal is \"jwt:ISSUER:SUBJECT\"")
+	f.fs.StringVar(&o.jwtIssuer, "jwt-issuer", "", "the `issuer` (\"iss\") every JWT must name; without --jwks-file its keys come from --jwks-url or the issuer's metadata")
+	f.fs.StringVar(&o.jwtAudience, "jwt-audience", "", "the `audience` (\"aud\") every JWT must include (default: --public-url)")
+	o.oauth.register(f)
 	f.fs.StringVar(&o.origins, "allowed-origins", "", "comma-separated `origins` browsers may call from, besides loopback (DNS-rebinding protection)")
 	f.fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Minute, "longest a tool call may run before it is cancelled (reason \"timeout\")")
 	f.fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long shutdown lets calls in flight finish before cancelling them")
@@ -64,7 +66,7 @@ func (o *gatewayFlags) check() error {
 	case o.scopeLimit <= 0 || o.globalLimit <= 0:
 		return usageError{errors.New("--scope-limit and --global-limit must be positive")}
 	}
-	return nil
+	return o.oauth.check(o)
 }
 
 // authenticator returns the configured authenticator, or nil (warning
@@ -78,10 +80,10 @@ func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, e
 		}
 		auths = append(auths, a)
 	}
-	if o.jwksFile != "" {
-		a, err := gateway.NewJWKS(o.jwksFile, gateway.JWTOptions{Issuer: o.jwtIssuer, Audience: o.jwtAudience})
+	if o.jwksFile != "" || o.jwtIssuer != "" {
+		a, err := o.oauth.jwks(o, log)
 		if err != nil {
-			return nil, usageError{err}
+			return nil, err
 		}
 		auths = append(auths, a)
 	}
@@ -106,6 +108,7 @@ func (o *gatewayFlags) options(coord pb.CoordinatorServiceClient, log *slog.Logg
 	return gateway.Options{
 		Coordinator: coord, Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit,
 		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: version(), Logger: log,
+		Auth: o.oauth.options(o),
 	}
 }
 
@@ -141,6 +144,7 @@ func runGateway(ctx context.Context, s streams, args []string) error {
 
 // serveGateway runs g on stdio or HTTP until ctx is done or stdin ends.
 func serveGateway(ctx context.Context, s streams, g *gateway.Gateway, o *gatewayFlags) error {
+	defer o.oauth.close()
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	var eg errgroup.Group

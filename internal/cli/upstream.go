@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+
+	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
@@ -14,6 +19,8 @@ import (
 type upstreamFlags struct {
 	stdio, http, config string
 	maxConcurrency      int
+	// The adapter's own credentials for --upstream-http; never a client's.
+	headerFile, tokenURL, clientID, clientSecretFile, scopes string
 }
 
 // register adds --upstream-stdio and --upstream-http, and with limits
@@ -24,6 +31,11 @@ func (u *upstreamFlags) register(f *flags, limits bool) {
 	if limits {
 		f.fs.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
 		f.fs.IntVar(&u.maxConcurrency, "max-concurrency", 0, "most calls forwarded to the upstream server at once; 0 means no limit")
+		f.fs.StringVar(&u.headerFile, "upstream-header-file", "", "secret `file` with the header (\"Name: value\", or a bare bearer token) the adapter sends to --upstream-http, reread when it changes")
+		f.fs.StringVar(&u.tokenURL, "upstream-token-url", "", "OAuth token endpoint `URL`: the adapter gets its own client-credentials token for --upstream-http")
+		f.fs.StringVar(&u.clientID, "upstream-client-id", "", "OAuth client `id` for --upstream-token-url")
+		f.fs.StringVar(&u.clientSecretFile, "upstream-client-secret-file", "", "`file` holding the client secret for --upstream-token-url")
+		f.fs.StringVar(&u.scopes, "upstream-scopes", "", "space-separated `scopes` asked for with --upstream-token-url")
 	}
 }
 
@@ -37,6 +49,12 @@ func (u *upstreamFlags) check() error {
 		return fmt.Errorf("--max-concurrency must not be negative, not %d", u.maxConcurrency)
 	case !u.set() && (u.config != "" || u.maxConcurrency != 0):
 		return errors.New("--upstream-config and --max-concurrency need --upstream-stdio or --upstream-http")
+	case u.http == "" && (u.headerFile != "" || u.tokenURL != ""):
+		return errors.New("--upstream-header-file and --upstream-token-url are credentials for --upstream-http")
+	case u.headerFile != "" && u.tokenURL != "":
+		return errors.New("pass one of --upstream-header-file and --upstream-token-url, not both")
+	case u.tokenURL != "" && (u.clientID == "" || u.clientSecretFile == ""):
+		return errors.New("--upstream-token-url needs --upstream-client-id and --upstream-client-secret-file")
 	}
 	if u.stdio != "" {
 		if _, err := upstream.SplitCommand(u.stdio); err != nil {
@@ -62,6 +80,24 @@ func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.A
 			return nil, err
 		}
 		opts.Config = cfg
+	}
+	creds := upstream.Credentials{HeaderFile: u.headerFile}
+	if u.tokenURL != "" {
+		secret, err := os.ReadFile(u.clientSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-client-secret-file: %w", err)
+		}
+		creds.ClientCredentials = &clientcredentials.Config{
+			ClientID: u.clientID, ClientSecret: strings.TrimSpace(string(secret)), TokenURL: u.tokenURL,
+			Scopes: strings.Fields(u.scopes), EndpointParams: url.Values{"resource": {u.http}},
+		}
+	}
+	if u.headerFile != "" || creds.ClientCredentials != nil {
+		hc, err := creds.HTTPClient(nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.HTTPClient = hc
 	}
 	return upstream.New(w, opts), nil
 }

@@ -144,11 +144,6 @@ func (p *progressRoutes) remove(r *relay) {
 	p.mu.Unlock()
 }
 
-// deliver is the client's progress handler (over HTTP).
-func (p *progressRoutes) deliver(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-	p.relay(req.Params)
-}
-
 // relay forwards one progress notification to its call, if it has one.
 func (p *progressRoutes) relay(params *mcp.ProgressNotificationParams) {
 	tok, ok := params.ProgressToken.(string)

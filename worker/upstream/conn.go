@@ -30,7 +30,7 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.ConnectWait)
 	defer cancel()
 	if a.opts.URL != "" {
-		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: a.opts.HTTPClient}
+		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay)}
 		sess, err := client.Connect(ctx, t, nil)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", a.opts.URL, err)

@@ -21,9 +21,18 @@ import (
 // reads each call's stream raw, so what is checked is the gateway's wire
 // order, not a client library's.
 func TestEveryUpstreamProgressArrivesBeforeItsResult(t *testing.T) {
+	t.Run("stdio", func(t *testing.T) {
+		cmd, _ := stdioEverything(t)
+		progressBeforeResults(t, upstream.Options{Command: cmd})
+	})
+	t.Run("http", func(t *testing.T) {
+		progressBeforeResults(t, upstream.Options{URL: httpEverything(t)})
+	})
+}
+
+func progressBeforeResults(t *testing.T, opts upstream.Options) {
 	const rounds, concurrent, steps = 20, 10, 4
-	cmd, _ := stdioEverything(t)
-	st := startStack(t, upstream.Options{Command: cmd}, longOp)
+	st := startStack(t, opts, longOp)
 	resp, _ := testcluster.PostMCP(t, st.url, "", "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	sid := resp.Header.Get("Mcp-Session-Id")
 	id := 0

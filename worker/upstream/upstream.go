@@ -182,11 +182,9 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 			}
 		},
 	}
-	if a.opts.URL != "" {
-		// Over stdio progress is relayed in wire order by the transport
-		// (inWireOrder); over HTTP by the SDK's handler.
-		opts.ProgressNotificationHandler = a.tokens.deliver
-	}
+	// No ProgressNotificationHandler: the SDK would deliver progress on a
+	// goroutine of its own, after the result it preceded. The transport
+	// relays it in wire order instead (inWireOrder, tapProgress).
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
 	conn, err := a.dial(ctx, client)
 	if err != nil {
