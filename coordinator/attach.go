@@ -120,7 +120,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	wl := s.keepWorkerLease(lease)
+	wl := s.keepWorkerLease(lease, hello.GetSendsHeartbeats())
 	// Once the stream ends the lease lives out its TTL, for the worker to
 	// re-attach and adopt it; a Detach revokes it first.
 	defer wl.Orphan()

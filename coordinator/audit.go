@@ -70,24 +70,20 @@ func auditMatches(a *AuditRecord, req *pb.ListAuditRequest) bool {
 		(req.GetOutcome() == "" || a.Outcome == req.GetOutcome())
 }
 
+// auditPage is how many records WatchAudit reads from etcd at once.
+const auditPage = 1000
+
 // WatchAudit implements CoordinatorService.WatchAudit: records settled at or
-// after since (if set), then every new record as it is written.
+// after since (if set), then every new record as it is written, with no
+// gap: the records already written are read page by page at one revision,
+// and the watch starts right after it.
 func (s *Server) WatchAudit(req *pb.WatchAuditRequest, stream pb.CoordinatorService_WatchAuditServer) error {
 	ctx := stream.Context()
-	octx, cancel := s.opCtx(ctx)
-	resp, err := s.cli.Get(octx, s.keys.auditFrom(req.GetSince().AsTime()), clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.keys.audits())), clientv3.WithLimit(10000))
-	cancel()
+	rev, err := s.replayAudit(ctx, req, stream)
 	if err != nil {
-		return toStatus(etcdErr(octx, "watch audit", err))
+		return err
 	}
-	if req.GetSince() != nil {
-		for _, kv := range resp.Kvs {
-			if err := s.sendAudit(stream, kv); err != nil {
-				return err
-			}
-		}
-	}
-	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.keys.audits(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete())
+	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.keys.audits(), clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterDelete())
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			return toStatus(etcdErr(ctx, "watch audit", err))
@@ -102,6 +98,44 @@ func (s *Server) WatchAudit(req *pb.WatchAuditRequest, stream pb.CoordinatorServ
 		}
 	}
 	return toStatus(ctx.Err())
+}
+
+// replayAudit sends the records settled since req's since, if it has one,
+// and returns the revision they were read at.
+func (s *Server) replayAudit(ctx context.Context, req *pb.WatchAuditRequest, stream pb.CoordinatorService_WatchAuditServer) (int64, error) {
+	from, end := s.keys.auditFrom(req.GetSince().AsTime()), clientv3.GetPrefixRangeEnd(s.keys.audits())
+	limit := int64(auditPage)
+	if req.GetSince() == nil {
+		limit = 1 // only the revision is wanted
+	}
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Get(octx, from, opts...)
+		cancel()
+		if err != nil {
+			return 0, toStatus(etcdErr(octx, "watch audit", err))
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		if req.GetSince() == nil {
+			return rev, nil
+		}
+		for _, kv := range resp.Kvs {
+			if err := s.sendAudit(stream, kv); err != nil {
+				return 0, err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 func (s *Server) sendAudit(stream pb.CoordinatorService_WatchAuditServer, kv *mvccpb.KeyValue) error {

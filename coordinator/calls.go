@@ -176,18 +176,24 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	wk := s.keys.worker(w.name)
+	closed := s.keys.sessionClosed(rec.Scope)
+	begun := encode(rec)
 	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
+		// A session closed on another replica takes no new calls.
+		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
 	).Then(
-		clientv3.OpPut(s.keys.call(rec.CallID), encode(rec), clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.call(rec.CallID), begun, clientv3.WithLease(lease)),
 		// The index holds the record as begun, so a cancel resolves it
 		// in one read; the fence (its revision) proves it still current.
-		clientv3.OpPut(idx, encode(rec), clientv3.WithLease(lease)),
+		clientv3.OpPut(idx, begun, clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.runningOf(rec), begun, clientv3.WithLease(lease)),
 		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
 	).Else(
 		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
 		clientv3.OpGet(idx),
+		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -199,6 +205,9 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 		return resp.Header.Revision, nil
 	}
 	wkv, ikv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+		return 0, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
+	}
 	if len(wkv) == 0 || wkv[0].CreateRevision != w.createRev {
 		return 0, errWorkerGone
 	}
@@ -263,6 +272,56 @@ func (s *Server) resolve(ctx context.Context, key *pb.CallKey, opts ...clientv3.
 		return nil, nil, err
 	}
 	return rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: idx.ModRevision, ModRevision: idx.ModRevision}, nil
+}
+
+// resolveRunning finds a running call in the scope's running set, by one
+// serializable read. A member that lags may still list a call that has
+// settled; the decision's guard finds that out.
+func (s *Server) resolveRunning(ctx context.Context, key *pb.CallKey) (*callRecord, *mvccpb.KeyValue, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.keys.running(key), clientv3.WithSerializable())
+	if err != nil {
+		return nil, nil, etcdErr(ctx, "resolve", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, ErrUnknownCall
+	}
+	return s.asBegun(resp.Kvs[0])
+}
+
+// asBegun is the call of a running-set entry, with the version of the call
+// key it had when begun.
+func (s *Server) asBegun(kv *mvccpb.KeyValue) (*callRecord, *mvccpb.KeyValue, error) {
+	rec, err := decode[callRecord]("running", kv.Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	fence := kv.CreateRevision
+	return rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: fence, ModRevision: fence}, nil
+}
+
+// resolveNow finds the call under key linearizably: the running call, if
+// there is one, else the latest call under the key, as it is now.
+func (s *Server) resolveNow(ctx context.Context, key *pb.CallKey) (*callRecord, *mvccpb.KeyValue, error) {
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Txn(octx).Then(clientv3.OpGet(s.keys.running(key)), clientv3.OpGet(s.keys.index(key))).Commit()
+	cancel()
+	if err != nil {
+		return nil, nil, etcdErr(octx, "resolve", err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return s.asBegun(kvs[0])
+	}
+	ikv := resp.Responses[1].GetResponseRange().Kvs
+	if len(ikv) == 0 {
+		return nil, nil, ErrUnknownCall
+	}
+	begun, err := decode[callRecord]("index", ikv[0].Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.getCall(ctx, begun.CallID)
 }
 
 // Cancel implements CoordinatorService.Cancel.
@@ -344,8 +403,9 @@ func cancelReply(v verdict, id string) *pb.CancelResponse {
 }
 
 // cancelResolved finds the call under key and settles it. A guess takes
-// the cached record or a serializable read; otherwise the read is
-// linearizable.
+// the cached record or a serializable read of the running set; otherwise
+// the reads are linearizable, and a call found settled costs no
+// transaction unless its cancel_lost record is due.
 func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal string, d decision, guess bool) (verdict, string, error) {
 	var rec *callRecord
 	var kv *mvccpb.KeyValue
@@ -355,9 +415,9 @@ func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal 
 	case guess && cached:
 		rec, kv = c.rec, c.kv(s.keys)
 	case guess:
-		rec, kv, err = s.resolve(ctx, key, clientv3.WithSerializable())
+		rec, kv, err = s.resolveRunning(ctx, key)
 	default:
-		rec, kv, err = s.resolve(ctx, key)
+		rec, kv, err = s.resolveNow(ctx, key)
 	}
 	if err != nil {
 		return verdict{}, "", err
@@ -558,6 +618,7 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
 		clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, d.stoppedAt)), clientv3.WithLease(lease)),
 		ownerOp,
+		clientv3.OpDelete(s.keys.runningOf(rec)),
 	}
 }
 

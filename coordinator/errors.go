@@ -22,6 +22,7 @@ var (
 	ErrNotOwner        = errors.New("coordinator: call belongs to another worker")
 	ErrWorkerNameInUse = errors.New("coordinator: worker name held by a live lease")
 	ErrNotRetryable    = errors.New("coordinator: the call may not be retried")
+	ErrSessionClosed   = errors.New("coordinator: the session is closed")
 	ErrEtcd            = errors.New("coordinator: etcd unavailable")
 )
 
@@ -42,6 +43,7 @@ var errorCodes = []struct {
 	{ErrNotOwner, codes.FailedPrecondition, "NOT_OWNER"},
 	{ErrWorkerNameInUse, codes.AlreadyExists, "WORKER_NAME_IN_USE"},
 	{ErrNotRetryable, codes.FailedPrecondition, "NOT_RETRYABLE"},
+	{ErrSessionClosed, codes.FailedPrecondition, "SESSION_CLOSED"},
 	{ErrEtcd, codes.Unavailable, "ETCD_UNAVAILABLE"},
 }
 

@@ -99,7 +99,7 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 				state: stateFailed, initiator: "worker_lost",
 				reason: fmt.Sprintf("worker %s was lost", w), ownerGone: true,
 			})
-			if err != nil {
+			if err = s.skipCorrupt(id, err); err != nil {
 				return err
 			}
 			continue
@@ -126,12 +126,22 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 			state: stateFailed, initiator: "timeout",
 			reason: "no outcome by the deadline: its gateway is gone or never learnt it began",
 		})
-		if err != nil {
+		if err = s.skipCorrupt(id, err); err != nil {
 			return err
 		}
 		delete(deadlines, id)
 	}
 	return nil
+}
+
+// skipCorrupt logs a call whose record does not decode, so that one bad
+// record does not stop the janitor settling the others; other errors pass.
+func (s *Server) skipCorrupt(id string, err error) error {
+	if errors.Is(err, errCorrupt) {
+		s.log.Error("janitor: skipping a call whose record is corrupt", "call", id, "err", err)
+		return nil
+	}
+	return err
 }
 
 // learnDeadlines reads the deadline of every running call not yet in

@@ -27,6 +27,10 @@ const (
 //	workers/<worker>            worker info, on the worker's lease
 //	calls/<call>                call record, on a retention lease
 //	index/<scope>/<request-key> call id, on a retention lease
+//	running/<scope>/<request-key> the call as begun, while it runs: written
+//	                            by Begin, deleted by the decision, so a
+//	                            scope's running calls are one prefix read
+//	sessions/<id>               an open session; sessions-closed/<id> once closed
 //	owners/<worker>/<call>      "" while running; a stop order once settled
 //	                            without the worker; gone when the handler returned
 //	audit/<nanos>-<call>[-lost] audit record, on a retention lease
@@ -44,6 +48,17 @@ func (k keys) election() string               { return k.prefix + "janitor/" }
 
 func (k keys) index(key *pb.CallKey) string {
 	return k.prefix + "index/" + key.GetScope() + "/" + requestKey(key.GetRequestId())
+}
+
+func (k keys) running(key *pb.CallKey) string {
+	return k.runningIn(key.GetScope()) + requestKey(key.GetRequestId())
+}
+
+func (k keys) runningIn(scope string) string { return k.prefix + "running/" + scope + "/" }
+
+// runningOf is the running-set key of a call record.
+func (k keys) runningOf(rec *callRecord) string {
+	return k.runningIn(rec.Scope) + requestKey(requestIDFromJSON(rec.RequestID))
 }
 
 // audit names an audit record so that keys sort by settle time.

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -175,10 +176,13 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+// errCorrupt marks a record that does not decode.
+var errCorrupt = errors.New("coordinator: corrupt record")
+
 func decode[T any](what string, b []byte) (*T, error) {
 	v := new(T)
 	if err := json.Unmarshal(b, v); err != nil {
-		return nil, fmt.Errorf("coordinator: corrupt %s record: %w", what, err)
+		return nil, fmt.Errorf("%w: %s: %v", errCorrupt, what, err)
 	}
 	return v, nil
 }

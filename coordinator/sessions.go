@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,15 @@ type sessionRecord struct {
 }
 
 func (k keys) session(id string) string { return k.prefix + "sessions/" + id }
+
+// sessionClosed is the tombstone of a closed session, for a scope that
+// is a session's; for any other scope a key that never exists.
+func (k keys) sessionClosed(scope string) string {
+	if id, ok := strings.CutPrefix(scope, SessionScopePrefix); ok {
+		return k.prefix + "sessions-closed/" + id
+	}
+	return k.prefix + "sessions-closed/"
+}
 
 func (k keys) indexOf(scope string) string { return k.prefix + "index/" + scope + "/" }
 
@@ -68,8 +78,11 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	k := s.keys.session(rec.SessionID)
-	resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, encode(&rec), clientv3.WithLease(lease))).Commit()
+	// A closed session's id is not opened again: Begin refuses its calls.
+	resp, err := s.cli.Txn(octx).If(
+		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.keys.sessionClosed(SessionScopePrefix+rec.SessionID)), "=", 0),
+	).Then(clientv3.OpPut(k, encode(&rec), clientv3.WithLease(lease))).Commit()
 	if err != nil {
 		return nil, toStatus(etcdErr(octx, "open session", err))
 	}
@@ -117,8 +130,17 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	if req.GetPrincipal() != "" && rec.Principal != req.GetPrincipal() {
 		return nil, toStatus(fmt.Errorf("%w: no such session", ErrUnknownCall))
 	}
+	// The tombstone, on the retention lease like the session, makes every
+	// replica refuse new calls in the session from now on.
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	octx, cancel := s.opCtx(ctx)
-	_, err = s.cli.Delete(octx, s.keys.session(rec.SessionID))
+	_, err = s.cli.Txn(octx).Then(
+		clientv3.OpDelete(s.keys.session(rec.SessionID)),
+		clientv3.OpPut(s.keys.sessionClosed(SessionScopePrefix+rec.SessionID), "", clientv3.WithLease(lease)),
+	).Commit()
 	cancel()
 	if err != nil {
 		return nil, toStatus(etcdErr(octx, "close session", err))
@@ -153,44 +175,41 @@ func (s *Server) CancelScope(ctx context.Context, req *pb.CancelScopeRequest) (*
 }
 
 // Cancelling a scope settles its calls many per transaction: a batch
-// guards every call's fence and writes every call's record, audit record
-// and stop order, 3 operations a call (etcd takes at most 128 a Txn). A
-// batch whose guard fails (one call settled meanwhile) is settled one
-// call at a time instead.
+// guards every call's fence and writes every call's record, audit record,
+// stop order and running-set removal, 4 operations a call (etcd takes at
+// most 128 a Txn). A batch whose guard fails (one call settled meanwhile)
+// is settled one call at a time instead.
 const (
-	scopeBatch       = 40
+	scopeBatch       = 32
 	scopeParallelism = 8 // batches in flight at once
 )
 
-// cancelScope cancels every running call of a scope: one range read of its
-// index, a read of the calls it names that this replica did not begin,
-// and a transaction per batch of running calls, several at once. It returns the ids of the calls it
-// cancelled, and the first error.
+// cancelScope cancels every running call of a scope: one range read of
+// the scope's running set, which holds each running call as begun, and a
+// transaction per batch, several at once. Its cost grows with the calls
+// running, not with those the scope made. It returns the ids of the calls
+// it cancelled, and the first error.
 func (s *Server) cancelScope(ctx context.Context, scope, principal string, d decision) ([]string, error) {
 	octx, cancel := s.opCtx(ctx)
-	resp, err := s.cli.Get(octx, s.keys.indexOf(scope), clientv3.WithPrefix())
+	resp, err := s.cli.Get(octx, s.keys.runningIn(scope), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
 		return nil, etcdErr(octx, "read scope", err)
 	}
-	// Calls this replica began need no read: the batch's guard checks
-	// the cached records are current.
 	var running []runningCall
-	var unknown []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
-		c, ok := s.running.byKey(string(kv.Key))
-		switch {
-		case !ok:
-			unknown = append(unknown, kv)
-		case principal == "" || c.rec.Principal == principal:
-			running = append(running, runningCall{c.rec, c.kv(s.keys)})
+		rec, err := decode[callRecord]("running", kv.Value)
+		if err != nil {
+			s.log.Error("skipping a corrupt running-set entry", "key", string(kv.Key), "err", err)
+			continue
+		}
+		if principal == "" || rec.Principal == principal {
+			// The entry was written with the call, at its fence; the
+			// batch's guard checks the call has not moved since.
+			fence := kv.CreateRevision
+			running = append(running, runningCall{rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: fence, ModRevision: fence}})
 		}
 	}
-	read, err := s.runningOf(ctx, unknown, principal)
-	if err != nil {
-		return nil, err
-	}
-	running = append(running, read...)
 	var (
 		mu       sync.Mutex
 		won      []string
@@ -262,36 +281,6 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 type runningCall struct {
 	rec *callRecord
 	kv  *mvccpb.KeyValue
-}
-
-// runningOf reads the calls an index range names and keeps the running ones.
-func (s *Server) runningOf(ctx context.Context, idx []*mvccpb.KeyValue, principal string) ([]runningCall, error) {
-	ids := make([]string, len(idx))
-	for i, kv := range idx {
-		begun, err := decode[callRecord]("index", kv.Value)
-		if err != nil {
-			return nil, err
-		}
-		ids[i] = begun.CallID
-	}
-	kvs, err := s.readCalls(ctx, ids, "read scope calls")
-	if err != nil {
-		return nil, err
-	}
-	var out []runningCall
-	for _, kv := range kvs {
-		if kv == nil {
-			continue
-		}
-		rec, err := decode[callRecord]("call", kv.Value)
-		if err != nil {
-			return nil, err
-		}
-		if rec.State == stateRunning && (principal == "" || rec.Principal == principal) {
-			out = append(out, runningCall{rec, kv})
-		}
-	}
-	return out, nil
 }
 
 // readCalls reads the call records of ids, as many per transaction as etcd

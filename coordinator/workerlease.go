@@ -32,8 +32,11 @@ type workerLease struct {
 }
 
 // keepWorkerLease starts keeping id alive for a worker just heard from.
-// The caller must Orphan or Close it.
-func (s *Server) keepWorkerLease(id clientv3.LeaseID) *workerLease {
+// A worker that sends no heartbeats (an older one) has its lease kept
+// alive for as long as its stream lives, as before heartbeats existed;
+// transport keepalive then bounds a silent one. The caller must Orphan or
+// Close it.
+func (s *Server) keepWorkerLease(id clientv3.LeaseID, heartbeats bool) *workerLease {
 	l := &workerLease{
 		s: s, id: id, ttl: s.opts.LeaseTTL, every: s.heartbeatInterval(),
 		heard: make(chan struct{}, 1), done: make(chan struct{}),
@@ -41,7 +44,25 @@ func (s *Server) keepWorkerLease(id clientv3.LeaseID) *workerLease {
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	l.heard <- struct{}{} // an adopted lease may be close to expiry: renew it now
 	s.leases.Go(l.run)
+	if !heartbeats {
+		s.leases.Go(l.standIn)
+	}
 	return l
+}
+
+// standIn hears a worker that sends no heartbeats every interval, until
+// the lease is no longer kept.
+func (l *workerLease) standIn() {
+	t := time.NewTicker(l.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			l.Heard()
+		}
+	}
 }
 
 // heartbeatInterval is how often a worker must speak: three times a TTL.

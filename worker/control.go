@@ -83,7 +83,7 @@ func (c *control) session(ctx context.Context) error {
 	tools, gen := c.w.toolList()
 	hello := &pb.WorkerHello{
 		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: tools,
-		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease,
+		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease, SendsHeartbeats: true,
 	}
 	c.mu.Unlock()
 	if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: hello}}); err != nil {

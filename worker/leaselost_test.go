@@ -5,6 +5,7 @@ package worker
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 )
 
 // TestLeaseLossSettlesTheCall is a regression test for a call left
@@ -28,7 +30,7 @@ import (
 func TestLeaseLossSettlesTheCall(t *testing.T) {
 	etcd := etcdtest.Single(t)
 	coord := coordinator.New(coordinator.Options{Client: etcd.Client()})
-	gs := grpc.NewServer()
+	gs := grpcserver.New(slog.New(slog.DiscardHandler), coord.Registry(), grpcserver.Keepalive{})
 	pb.RegisterCoordinatorServiceServer(gs, coord)
 	clis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -44,7 +44,15 @@ type Options struct {
 	Logger *zap.Logger
 	// ReadyTimeout bounds the wait for the member to serve (default 30s).
 	ReadyTimeout time.Duration
+	// CompactionRetention is how much history the member keeps: it
+	// compacts the revisions older than this, periodically (default 1h;
+	// negative keeps everything). Every call writes revisions, so without
+	// compaction the database grows until etcd refuses writes.
+	CompactionRetention time.Duration
 }
+
+// DefaultCompactionRetention is the history a member keeps by default.
+const DefaultCompactionRetention = time.Hour
 
 // Member is a running etcd member.
 type Member struct {
@@ -114,6 +122,14 @@ func config(opts Options) (*embed.Config, *Member, error) {
 		cfg.TickMs, cfg.ElectionMs = opts.TickMs, opts.ElectionMs
 	}
 	cfg.UnsafeNoFsync = opts.NoFsync
+	switch r := opts.CompactionRetention; {
+	case r == 0:
+		r = DefaultCompactionRetention
+		fallthrough
+	case r > 0:
+		cfg.AutoCompactionMode = embed.CompactorModePeriodic
+		cfg.AutoCompactionRetention = r.String()
+	}
 	lg := opts.Logger
 	if lg == nil {
 		lg = zap.NewNop()

@@ -997,9 +997,14 @@ type WorkerHello struct {
 	// Maximum concurrent calls; 0 means no limit.
 	Capacity int32 `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// A lease held from an earlier attach, to adopt instead of re-granting.
-	LeaseId       int64 `protobuf:"varint,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseId int64 `protobuf:"varint,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The worker sends a Heartbeat every Attached.heartbeat_interval, so its
+	// lease is kept alive only while it is heard from. A worker that does
+	// not (an older one) keeps its lease for as long as its stream lives,
+	// which transport keepalive bounds.
+	SendsHeartbeats bool `protobuf:"varint,6,opt,name=sends_heartbeats,json=sendsHeartbeats,proto3" json:"sends_heartbeats,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WorkerHello) Reset() {
@@ -1065,6 +1070,13 @@ func (x *WorkerHello) GetLeaseId() int64 {
 		return x.LeaseId
 	}
 	return 0
+}
+
+func (x *WorkerHello) GetSendsHeartbeats() bool {
+	if x != nil {
+		return x.SendsHeartbeats
+	}
+	return false
 }
 
 type HandlerStopped struct {
@@ -2728,13 +2740,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06detach\x18\x04 \x01(\v2\x14.mcpcancel.v1.DetachH\x00R\x06detach\x12A\n" +
 	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
 	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\x9c\x01\n" +
+	"\x03msg\"\xc7\x01\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12(\n" +
 	"\x05tools\x18\x03 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12\x1a\n" +
 	"\bcapacity\x18\x04 \x01(\x05R\bcapacity\x12\x19\n" +
-	"\blease_id\x18\x05 \x01(\x03R\aleaseId\"d\n" +
+	"\blease_id\x18\x05 \x01(\x03R\aleaseId\x12)\n" +
+	"\x10sends_heartbeats\x18\x06 \x01(\bR\x0fsendsHeartbeats\"d\n" +
 	"\x0eHandlerStopped\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x129\n" +
 	"\n" +
