@@ -258,8 +258,11 @@ func checkClient(c *ClientCall, s *ServerCall) []Violation {
 		}
 	case stCancelled:
 		// The client's own cancel (or its going away) is never answered;
-		// a cancel by anyone else is answered with an error.
-		byClient := final.Initiator == "client" || final.Initiator == "disconnect"
+		// a cancel by anyone else is answered with an error. "disconnect"
+		// is the client's going away only if it did go: a worker whose
+		// link to the gateway broke cancels as "disconnect" (caller gone)
+		// while the client still waits.
+		byClient := final.Initiator == "client" || (final.Initiator == "disconnect" && !c.ownEnd().IsZero())
 		switch {
 		case resp == nil:
 		case byClient:

@@ -54,6 +54,13 @@ func TestCheckerAcceptsAGoodHistory(t *testing.T) {
 	if vs := Check(goodHistory()); len(vs) != 0 {
 		t.Fatalf("violations in a good history:\n%s", Report(0, vs))
 	}
+	// A worker that lost its link to the gateway cancels as "disconnect"
+	// (caller gone); the client, still there, is answered with an error.
+	h := goodHistory()
+	h.Server["e"].States[1].Initiator, h.Server["e"].Audits[0].Initiator = "disconnect", "disconnect"
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("violations for a live client answered after its caller-gone cancel:\n%s", Report(0, vs))
+	}
 }
 
 // TestCheckerFlagsBadHistories feeds the checker one broken promise at a
@@ -111,6 +118,10 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 			h.Client[2].Progress = append(h.Client[2].Progress, at(150))
 		}, VBadRetry},
 		{"retry of no call", func(h *History) { delete(h.Server, "c") }, VBadRetry},
+		{"an answer after the client went away", func(h *History) {
+			h.Server["e"].States[1].Initiator = "disconnect"
+			h.Client[3].Disconnect = at(290)
+		}, VResponseAfterCancel},
 		{"a result for a call cancelled by a drain", func(h *History) {
 			h.Client[3].Responses = []Response{{At: at(310), Kind: "result", Text: "slept 1s"}}
 		}, VResponseMismatch},
