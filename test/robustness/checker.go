@@ -48,6 +48,10 @@ const (
 	VNotLinearizable     = "not_linearizable"
 )
 
+// outcomeToolError is the audit outcome of a call that completed with the
+// tool's own error (isError): its record says completed.
+const outcomeToolError = "tool_error"
+
 // Terminal call states.
 const (
 	stRunning   = "running"
@@ -141,9 +145,12 @@ func checkServer(h *History, s *ServerCall) []Violation {
 	var terminal []string
 	lost := 0
 	for _, a := range s.Audits {
-		if a.Outcome == "cancel_lost" {
+		switch a.Outcome {
+		case "cancel_lost":
 			lost++
-		} else {
+		case outcomeToolError:
+			terminal = append(terminal, stCompleted) // completed, with the tool's own error
+		default:
 			terminal = append(terminal, a.Outcome)
 		}
 	}
@@ -244,7 +251,9 @@ func checkClient(c *ClientCall, s *ServerCall) []Violation {
 		case resp.Kind == "error_result" && strings.Contains(resp.Text, "result was lost"):
 			// The gateway lost the worker's stream after Complete won and
 			// says so: the documented error result for a COMPLETED call.
-		case resp.Kind != "result":
+		case s.toolError() && resp.Kind != "error_result":
+			bad(VResponseMismatch, "call COMPLETED with the tool's own error (audit: tool_error) but the client got %s %q", resp.Kind, resp.Text)
+		case !s.toolError() && resp.Kind != "result":
 			bad(VResponseMismatch, "call COMPLETED but the client got %s %q", resp.Kind, resp.Text)
 		}
 	case stFailed:

@@ -54,9 +54,18 @@ func TestCheckerAcceptsAGoodHistory(t *testing.T) {
 	if vs := Check(goodHistory()); len(vs) != 0 {
 		t.Fatalf("violations in a good history:\n%s", Report(0, vs))
 	}
+	// A tool's own error: the record says completed, the audit tool_error,
+	// and the client has the error result.
+	h := goodHistory()
+	h.Server["a"].Audits[0].Outcome = "tool_error"
+	h.Listed = map[string][]string{"a": {"tool_error"}}
+	h.Client[0].Responses[0].Kind = "error_result"
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("violations for a tool's own error:\n%s", Report(0, vs))
+	}
 	// A worker that lost its link to the gateway cancels as "disconnect"
 	// (caller gone); the client, still there, is answered with an error.
-	h := goodHistory()
+	h = goodHistory()
 	h.Server["e"].States[1].Initiator, h.Server["e"].Audits[0].Initiator = "disconnect", "disconnect"
 	if vs := Check(h); len(vs) != 0 {
 		t.Fatalf("violations for a live client answered after its caller-gone cancel:\n%s", Report(0, vs))
@@ -122,6 +131,10 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 			h.Server["e"].States[1].Initiator = "disconnect"
 			h.Client[3].Disconnect = at(290)
 		}, VResponseAfterCancel},
+		{"a tool's own error reached the client as a result", func(h *History) {
+			h.Server["a"].Audits[0].Outcome = "tool_error"
+			h.Listed = nil
+		}, VResponseMismatch},
 		{"a result for a call cancelled by a drain", func(h *History) {
 			h.Client[3].Responses = []Response{{At: at(310), Kind: "result", Text: "slept 1s"}}
 		}, VResponseMismatch},

@@ -99,6 +99,16 @@ func (c *ClientCall) ownEnd() time.Time {
 	return end
 }
 
+// toolError says the call's decision was audited as the tool's own error.
+func (s *ServerCall) toolError() bool {
+	for _, a := range s.Audits {
+		if a.Outcome == outcomeToolError {
+			return true
+		}
+	}
+	return false
+}
+
 // Final returns the call's last stored state.
 func (s *ServerCall) Final() StateChange {
 	if len(s.States) == 0 {
