@@ -1,7 +1,11 @@
 # The mcpcancel image: one static binary (gateway, coordinator, worker) on
 # an empty base with CA certificates, running as a non-root user.
 #
-#   docker build --build-arg VERSION=v0.1.0 -t mcpcancel:v0.1.0 .
+#   docker build --build-arg VERSION=v0.1.0 -t mcpcancel:0.1.0 .
+#
+# The tag is the chart's appVersion (helm/mcpcancel/Chart.yaml), which is the
+# chart's default image tag; VERSION is the same with a "v". A test in
+# deploy/charttest keeps them in step.
 #
 # The build stage's Go version is go.mod's `go` line; a test in
 # deploy/charttest keeps the two the same.
@@ -31,7 +35,7 @@ FROM scratch
 COPY --from=build /out/ /
 USER 65532:65532
 ENV HOME=/home/nonroot
-# gateway HTTP (MCP), coordinator gRPC, worker gRPC, admin (/metrics)
-EXPOSE 7800 7801 7900 9090
+# gateway HTTP (MCP), coordinator gRPC, console, worker gRPC, admin (/metrics, /readyz)
+EXPOSE 7800 7801 7802 7900 9090
 ENTRYPOINT ["/usr/local/bin/mcpcancel"]
 CMD ["help"]

@@ -485,7 +485,7 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		t := s.now()
 		stopped = &t
 	}
-	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true})
+	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -531,10 +531,22 @@ type decision struct {
 	// late says a client's cancellation that loses is audited once as
 	// cancel_lost.
 	late bool
+	// toolError says a completion carries the tool's own error result: it
+	// is audited as tool_error.
+	toolError bool
 	// owner says the call's own worker (or gateway, by call reference)
 	// decides: the same decision found already made is its own earlier
 	// attempt, whose reply was lost after it committed.
 	owner bool
+}
+
+// outcome is the audit outcome of d: its state, or tool_error for a
+// completion with the tool's own error result.
+func (d decision) outcome() string {
+	if d.state == stateCompleted && d.toolError {
+		return outcomeToolError
+	}
+	return d.state
 }
 
 // madeBy says whether rec was settled by d: d's earlier attempt.
@@ -616,7 +628,7 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 	}
 	return clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), []clientv3.Op{
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
-		clientv3.OpPut(next.AuditKey, encode(next.audit(d.state, now, d.stoppedAt)), clientv3.WithLease(lease)),
+		clientv3.OpPut(next.AuditKey, encode(next.audit(d.outcome(), now, d.stoppedAt)), clientv3.WithLease(lease)),
 		ownerOp,
 		clientv3.OpDelete(s.keys.runningOf(rec)),
 	}

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/mcpcancel/mcpcancel/api/client"
 )
 
 // Errors the coordinator returns. At the gRPC boundary each maps to a status
@@ -27,24 +29,26 @@ var (
 )
 
 // ErrorDomain is the ErrorInfo domain of coordinator errors.
-const ErrorDomain = "mcpcancel.coordinator"
+const ErrorDomain = client.ErrorDomain
 
+// errorCodes maps each error to its status code and to the API's client
+// face error (api/client) whose reason carries it on the wire.
 var errorCodes = []struct {
-	err    error
-	code   codes.Code
-	reason string
+	err  error
+	code codes.Code
+	face *client.Error
 }{
-	{ErrInvalid, codes.InvalidArgument, "INVALID_ARGUMENT"},
-	{ErrUnknownTool, codes.NotFound, "UNKNOWN_TOOL"},
-	{ErrNoCapacity, codes.ResourceExhausted, "NO_CAPACITY"},
-	{ErrDuplicate, codes.AlreadyExists, "DUPLICATE_REQUEST_ID"},
-	{ErrUnknownCall, codes.NotFound, "UNKNOWN_CALL"},
-	{ErrFenceMismatch, codes.FailedPrecondition, "FENCE_MISMATCH"},
-	{ErrNotOwner, codes.FailedPrecondition, "NOT_OWNER"},
-	{ErrWorkerNameInUse, codes.AlreadyExists, "WORKER_NAME_IN_USE"},
-	{ErrNotRetryable, codes.FailedPrecondition, "NOT_RETRYABLE"},
-	{ErrSessionClosed, codes.FailedPrecondition, "SESSION_CLOSED"},
-	{ErrEtcd, codes.Unavailable, "ETCD_UNAVAILABLE"},
+	{ErrInvalid, codes.InvalidArgument, client.ErrInvalidArgument},
+	{ErrUnknownTool, codes.NotFound, client.ErrUnknownTool},
+	{ErrNoCapacity, codes.ResourceExhausted, client.ErrNoCapacity},
+	{ErrDuplicate, codes.AlreadyExists, client.ErrDuplicate},
+	{ErrUnknownCall, codes.NotFound, client.ErrUnknownCall},
+	{ErrFenceMismatch, codes.FailedPrecondition, client.ErrFenceMismatch},
+	{ErrNotOwner, codes.FailedPrecondition, client.ErrNotOwner},
+	{ErrWorkerNameInUse, codes.AlreadyExists, client.ErrWorkerNameInUse},
+	{ErrNotRetryable, codes.FailedPrecondition, client.ErrNotRetryable},
+	{ErrSessionClosed, codes.FailedPrecondition, client.ErrSessionClosed},
+	{ErrEtcd, codes.Unavailable, client.ErrEtcdUnavailable},
 }
 
 func invalid(format string, args ...any) error {
@@ -78,7 +82,7 @@ func toStatus(err error) error {
 	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			st, _ := status.New(e.code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: e.reason, Domain: ErrorDomain})
+			st, _ := status.New(e.code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: e.face.Reason(), Domain: ErrorDomain})
 			return st.Err()
 		}
 	}

@@ -20,6 +20,7 @@ const (
 	stateFailed    = "failed"
 
 	outcomeCancelLost = "cancel_lost"
+	outcomeToolError  = "tool_error"
 )
 
 // callRecord is the value of calls/<call>.

@@ -88,7 +88,7 @@ func TestCannotCancelAnotherClientsCall(t *testing.T) {
 
 	// 2026-07-28: each request is its own scope, so two clients' id 1
 	// run side by side and each completes.
-	modern := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	modern := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 	var wg sync.WaitGroup
 	bodies := make([]string, 2)
 	for i, token := range []string{"tok-a", "tok-b"} {

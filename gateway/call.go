@@ -201,6 +201,8 @@ func (c *call) beginFailed(err error, tool string) {
 	switch client.Kind(err) {
 	case client.ErrUnknownTool:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
+	case client.ErrSessionClosed:
+		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "the session was closed; initialize a new one")))
 	case client.ErrDuplicate:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
 	case client.ErrNoCapacity:

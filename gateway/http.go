@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -375,12 +374,16 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		w.WriteHeader(http.StatusAccepted) // no client notifications in this revision; nothing to do
 		return
 	}
-	if e := checkHeaders(r, m); e != nil {
+	if e := h.g.checkHeaders(r, m); e != nil {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}
 	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
 	s.modern = true
+	if e, status := s.precheck(r.Context(), m); e != nil {
+		writeErrorResponse(w, status, m.ID, true, e)
+		return
+	}
 	w.Header().Set(HeaderScope, s.scope)
 	if m.Method == "subscriptions/listen" {
 		h.listen(w, r, s, m)
@@ -395,47 +398,6 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 	out := h.g.newSSE(w)
 	defer out.close()
 	s.handleOnStream(r.Context(), m, out, true)
-}
-
-// checkHeaders validates 2026-07-28's mirrored headers against the body.
-func checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
-	mismatch := func(format string, args ...any) *jsonrpc.Error {
-		return jsonrpc.Errorf(jsonrpc.CodeHeaderMismatch, "Header mismatch: "+format, args...)
-	}
-	v := r.Header.Get(hdrVersion)
-	if v == "" {
-		return mismatch("%s header is required", hdrVersion)
-	}
-	if mv := metaProtocolVersion(m.Params); mv != "" && mv != v {
-		return mismatch("%s header %q does not match _meta %q", hdrVersion, v, mv)
-	}
-	if hm := r.Header.Get(hdrMethod); hm != "" && hm != m.Method {
-		return mismatch("%s header %q does not match method %q", hdrMethod, hm, m.Method)
-	}
-	if m.Method == "tools/call" {
-		var p struct {
-			Name string `json:"name"`
-		}
-		json.Unmarshal(m.Params, &p)
-		if hn, ok := decodeHeaderValue(r.Header.Get(hdrName)); r.Header.Get(hdrName) != "" && (!ok || hn != p.Name) {
-			return mismatch("%s header does not match tool name %q", hdrName, p.Name)
-		}
-	}
-	return nil
-}
-
-// decodeHeaderValue undoes the =?base64?...?= sentinel encoding.
-func decodeHeaderValue(v string) (string, bool) {
-	inner, ok := strings.CutPrefix(v, "=?base64?")
-	if !ok {
-		return v, true
-	}
-	inner, ok = strings.CutSuffix(inner, "?=")
-	if !ok {
-		return "", false
-	}
-	b, err := base64.StdEncoding.DecodeString(inner)
-	return string(b), err == nil
 }
 
 // jsonSink answers one request with a JSON body. It keeps the one
@@ -549,19 +511,20 @@ func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	out := h.g.newSSE(w)
 	defer out.close()
+	tagged := &listenSink{out: out, id: rawJSON(m.ID)}
 	granted := map[string]any{}
 	if p.Notifications.ToolsListChanged {
 		granted["toolsListChanged"] = true
 	}
-	out.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
+	tagged.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
 	if p.Notifications.ToolsListChanged {
-		s.setNotifier(out)
+		s.setNotifier(tagged)
 		defer s.setNotifier(nil)
 	}
 	select {
 	case <-r.Context().Done():
 	case <-out.cut:
 	case <-h.g.base.Done():
-		out.send(jsonrpc.Response(m.ID, map[string]any{}))
+		out.send(jsonrpc.Response(m.ID, listenResult(m.ID)))
 	}
 }

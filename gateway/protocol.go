@@ -34,6 +34,17 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		s.modern = true // this client speaks 2026-07-28
 		s.mu.Unlock()
 	}
+	if s.isModern() {
+		if e, _ := s.precheck(ctx, m); e != nil {
+			reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
+			return
+		}
+		s.fanout() // from now on, changes reach this client only on its listens
+	}
+	if m.Method == "subscriptions/listen" { // HTTP serves its own listens
+		s.listenStdio(m, reply)
+		return
+	}
 	if m.Method == "tools/call" {
 		s.handleCall(ctx, m, reply)
 		return
@@ -63,11 +74,15 @@ func complete(method string, result any) any {
 		m = map[string]any{}
 	}
 	m["resultType"] = "complete"
-	if method == "tools/list" {
+	if slices.Contains(cacheable, method) {
 		m["ttlMs"], m["cacheScope"] = 0, "private"
 	}
 	return m
 }
+
+// cacheable are the methods whose 2026-07-28 results carry caching hints.
+// What workers offer comes and goes, so the hints say not to cache.
+var cacheable = []string{"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"}
 
 // completeRaw adds resultType to a raw result object from a worker.
 func completeRaw(raw json.RawMessage) json.RawMessage {
@@ -95,6 +110,8 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 		return s.setLevel(m.Params)
 	case "server/discover":
 		return s.discover(), nil
+	case "prompts/list", "resources/list", "resources/templates/list", "resources/read", "prompts/get":
+		return s.emptyCatalogue(m)
 	}
 	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
 }
@@ -128,8 +145,10 @@ func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
 
 func capabilities() map[string]any {
 	return map[string]any{
-		"tools":   map[string]any{"listChanged": true},
-		"logging": map[string]any{},
+		"tools":     map[string]any{"listChanged": true},
+		"logging":   map[string]any{},
+		"prompts":   map[string]any{},
+		"resources": map[string]any{},
 	}
 }
 
@@ -141,6 +160,8 @@ func (g *Gateway) serverInfo() map[string]any {
 func (s *session) discover() any {
 	return map[string]any{
 		"resultType":        "complete",
+		"ttlMs":             0,
+		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
 		"capabilities":      capabilities(),
 		"instructions":      instructions,
@@ -201,7 +222,7 @@ func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
 		}
 		out = append(out, mcpTool{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(), InputSchema: in,
-			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: nonEmpty(t.GetAnnotationsJson()),
+			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: publicAnnotations(t.GetAnnotationsJson()),
 		})
 	}
 	return map[string]any{"tools": out}, nil

@@ -120,6 +120,9 @@ func (s *session) handle(ctx context.Context, m *jsonrpc.Message, reply sink) {
 func (s *session) handleNotification(m *jsonrpc.Message) {
 	switch m.Method {
 	case "notifications/cancelled":
+		if s.endListen(m.Params) {
+			return // a stdio subscriptions/listen, not a call
+		}
 		s.clientCancelled(m.Params)
 	case "notifications/initialized":
 		s.mu.Lock()

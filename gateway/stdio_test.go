@@ -117,10 +117,10 @@ func TestStdioCancellationRules(t *testing.T) {
 	if m["id"] != float64(1) || m["result"] == nil {
 		t.Fatalf("call 1 should complete untouched; got %v", m)
 	}
-	// Exactly call 1's Begin (record, index, owner) and Complete (record,
-	// audit, owner deleted).
-	if keys := st.callWrites(t, before, st.revision(t)); len(keys) != 6 {
-		t.Fatalf("etcd writes %v, want the 6 of call 1's Begin and Complete", keys)
+	// Exactly call 1's Begin (record, index, owner, running) and Complete
+	// (record, audit, owner and running deleted).
+	if keys := st.callWrites(t, before, st.revision(t)); len(keys) != 8 {
+		t.Fatalf("etcd writes %v, want the 8 of call 1's Begin and Complete", keys)
 	}
 	// The connection still works.
 	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)

@@ -295,7 +295,7 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 	}
 	var r *pb.CompleteResponse
 	err = e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt)})
+		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError})
 		return err
 	})
 	if err != nil {

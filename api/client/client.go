@@ -40,6 +40,7 @@ var (
 	ErrNotOwner        = &Error{"NOT_OWNER"}
 	ErrWorkerNameInUse = &Error{"WORKER_NAME_IN_USE"}
 	ErrNotRetryable    = &Error{"NOT_RETRYABLE"}
+	ErrSessionClosed   = &Error{"SESSION_CLOSED"}
 	ErrEtcdUnavailable = &Error{"ETCD_UNAVAILABLE"}
 )
 
@@ -48,7 +49,7 @@ var byReason = map[string]*Error{}
 func init() {
 	for _, e := range []*Error{
 		ErrInvalidArgument, ErrUnknownTool, ErrNoCapacity, ErrDuplicate, ErrUnknownCall,
-		ErrFenceMismatch, ErrNotOwner, ErrWorkerNameInUse, ErrNotRetryable, ErrEtcdUnavailable,
+		ErrFenceMismatch, ErrNotOwner, ErrWorkerNameInUse, ErrNotRetryable, ErrSessionClosed, ErrEtcdUnavailable,
 	} {
 		byReason[e.reason] = e
 	}

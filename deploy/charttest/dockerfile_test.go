@@ -57,3 +57,29 @@ func TestDockerfile(t *testing.T) {
 		t.Error("the final image has no CA certificates")
 	}
 }
+
+var (
+	dockerTag  = regexp.MustCompile(`docker build --build-arg VERSION=(\S+) -t mcpcancel:(\S+) \.`)
+	appVersion = regexp.MustCompile(`(?m)^appVersion: "([^"]+)"$`)
+)
+
+// TestImageTagsAgree: the tag the Dockerfile and the docs build is the
+// chart's appVersion, its default image tag, and VERSION is it with a "v",
+// so that what the docs build is what the chart pulls.
+func TestImageTagsAgree(t *testing.T) {
+	m := appVersion.FindStringSubmatch(readFile(t, chartDir+"/Chart.yaml"))
+	if m == nil {
+		t.Fatal("Chart.yaml has no quoted appVersion")
+	}
+	for _, p := range []string{repoRoot + "/Dockerfile", repoRoot + "/docs/deploy.md"} {
+		builds := dockerTag.FindAllStringSubmatch(readFile(t, p), -1)
+		if len(builds) == 0 {
+			t.Errorf("%s: no docker build command", p)
+		}
+		for _, b := range builds {
+			if b[2] != m[1] || b[1] != "v"+m[1] {
+				t.Errorf("%s builds VERSION=%s as mcpcancel:%s; the chart pulls mcpcancel:%s (VERSION v%s)", p, b[1], b[2], m[1], m[1])
+			}
+		}
+	}
+}

@@ -68,7 +68,7 @@ func TestTemplateRejects(t *testing.T) {
 		{"cert-manager without an issuer", []string{"tls.enabled=true", "tls.certManager.enabled=true"}, "tls.certManager.issuerRef.name is required"},
 		{"fleet name used twice", []string{"workers[0].name=a", "workers[0].demo=true", "workers[1].name=a", "workers[1].demo=true"}, `fleet name "a" is used twice`},
 		{"etcd user without a password", []string{"etcd.auth.username=u"}, "etcd.auth.passwordSecret is required"},
-		{"embedded etcd without a registry", []string{"etcd.embedded.enabled=true"}, "registry"},
+		{"embedded etcd without a registry", []string{"etcd.embedded.enabled=true", "etcd.embedded.image.registry="}, "registry"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

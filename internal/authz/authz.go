@@ -36,7 +36,7 @@ var healthMethods = []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.He
 func newPolicy(rules map[string][]string) *Policy {
 	p := &Policy{methods: map[string]map[string]bool{}, check: map[string]func(string, any) error{}}
 	for _, m := range healthMethods {
-		rules[m] = []string{tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleCoordinator, tlsconfig.RoleAdmin}
+		rules[m] = []string{tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleCoordinator, tlsconfig.RoleAdmin, tlsconfig.RoleOperator}
 	}
 	for m, roles := range rules {
 		p.methods[m] = map[string]bool{}
@@ -48,20 +48,23 @@ func newPolicy(rules map[string][]string) *Policy {
 }
 
 func coord(m string) string { return "/" + pb.CoordinatorService_ServiceDesc.ServiceName + "/" + m }
+func admin(m string) string { return "/" + pb.AdminService_ServiceDesc.ServiceName + "/" + m }
 
 // Coordinator is the coordinator's policy. Gateways run calls and
 // sessions; workers attach and settle their own calls; admins (the
-// operator CLI) read calls and the audit trail; coordinators call none.
+// operator CLI) read calls and the audit trail; operators read what
+// admins read and cancel running calls; coordinators call none.
 func Coordinator() *Policy {
-	const g, w, a = tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleAdmin
+	const g, w, a, o = tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleAdmin, tlsconfig.RoleOperator
 	p := newPolicy(map[string][]string{
 		coord("Begin"): {g}, coord("CancelScope"): {g},
 		coord("OpenSession"): {g}, coord("GetSession"): {g}, coord("CloseSession"): {g},
 		coord("Cancel"): {g, w}, coord("Fail"): {g, w}, coord("Complete"): {w},
 		coord("Attach"):    {w},
-		coord("ListTools"): {g, w, a}, coord("WatchTools"): {g},
-		coord("ListWorkers"): {g, a}, coord("GetCall"): {g, a},
-		coord("ListAudit"): {a}, coord("WatchAudit"): {a},
+		coord("ListTools"): {g, w, a, o}, coord("WatchTools"): {g},
+		coord("ListWorkers"): {g, a, o}, coord("GetCall"): {g, a, o},
+		coord("ListAudit"): {a, o}, coord("WatchAudit"): {a, o},
+		admin("ListCalls"): {a, o}, admin("WatchCalls"): {a, o}, admin("OperatorCancel"): {o},
 	})
 	for _, m := range []string{"Cancel", "Fail", "Complete"} {
 		p.check[coord(m)] = workerSettlesOwnCall

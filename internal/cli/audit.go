@@ -28,17 +28,26 @@ or failed) and one per cancellation that came after the decision
 (cancel_lost). 'audit list' prints the records kept, oldest first; 'audit
 tail' prints new ones as they are written, until interrupted.`
 
-const aboutAuditList = `Lists audit records, oldest first: one per decided call (completed,
-cancelled or failed) and one per cancellation that came after the decision
-(cancel_lost). With --json, one JSON object per line, as log shippers see
-them.`
+const aboutAuditList = `Lists the newest audit records (--limit, default 100), oldest of them
+first: one per decided call (completed, cancelled or failed) and one per
+cancellation that came after the decision (cancel_lost). It says on stderr
+how many older records it left out. --call takes a call id or the short id
+the table prints. With --json, one JSON object per line, as log shippers
+see them.`
 
 const aboutAuditTail = `Prints audit records as they are written, until interrupted (SIGINT or
 SIGTERM ends it with status 0). With --since, it first prints the records
 settled that recently. With --json, one JSON object per line.`
 
 // auditOutcomes are the outcomes --outcome accepts.
-var auditOutcomes = []string{"completed", "cancelled", "failed", "cancel_lost"}
+var auditOutcomes = []string{"completed", "tool_error", "cancelled", "failed", "cancel_lost"}
+
+// auditInitiators are the initiators --initiator accepts.
+var auditInitiators = []string{"client", "timeout", "disconnect", "shutdown", "operator", "worker_lost", "tool"}
+
+// recordMethod is the MCP method of an audited call. Records do not name
+// it: the coordinator records only tools/call today.
+func recordMethod(*pb.AuditRecord) string { return "tools/call" }
 
 // ErrNoAuditVerb means `mcpcancel audit` was not told list or tail.
 var ErrNoAuditVerb = errors.New("audit needs a subcommand: list or tail")
@@ -48,6 +57,7 @@ const maxAuditPage = 1000
 
 type auditFlags struct {
 	coordinator, call, tool, outcome string
+	principal, initiator, method     string
 	json                             bool
 	since                            time.Duration
 	limit                            int
@@ -80,7 +90,10 @@ func parseAuditFlags(s streams, verb, about string, args []string) (*auditFlags,
 	f.fs.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
 	f.fs.BoolVar(&o.json, "json", false, "print one JSON object per line instead of a table")
 	tlsFlags(f, &o.tls)
-	f.fs.StringVar(&o.call, "call", "", "only the records of the call with this `id`")
+	f.fs.StringVar(&o.call, "call", "", "only the records of the call with this `id`, or whose id starts with it (the table's short CALL)")
+	f.fs.StringVar(&o.principal, "principal", "", "only the records of calls by this `principal`")
+	f.fs.StringVar(&o.initiator, "initiator", "", "only records decided by this `initiator`: "+strings.Join(auditInitiators, ", "))
+	f.fs.StringVar(&o.method, "method", "", "only the records of calls of this MCP `method`, e.g. tools/call")
 	f.fs.StringVar(&o.tool, "tool", "", "only the records of calls to this tool `name`")
 	f.fs.StringVar(&o.outcome, "outcome", "", "only records with this `outcome`: "+strings.Join(auditOutcomes, ", "))
 	sinceZero := "all"
@@ -89,7 +102,7 @@ func parseAuditFlags(s streams, verb, about string, args []string) (*auditFlags,
 	}
 	f.fs.DurationVar(&o.since, "since", 0, "only records settled within this `duration` before now, e.g. 10m (0: "+sinceZero+")")
 	if verb == "list" {
-		f.fs.IntVar(&o.limit, "limit", 100, "print at most `N` records")
+		f.fs.IntVar(&o.limit, "limit", 100, "print the newest `N` records (0: all)")
 	}
 	if err := f.parse(args); err != nil {
 		return nil, err
@@ -101,12 +114,34 @@ func (o *auditFlags) check(verb string) error {
 	switch {
 	case o.outcome != "" && !slices.Contains(auditOutcomes, o.outcome):
 		return usageError{fmt.Errorf("--outcome %q: want one of %s", o.outcome, strings.Join(auditOutcomes, ", "))}
+	case o.initiator != "" && !slices.Contains(auditInitiators, o.initiator):
+		return usageError{fmt.Errorf("--initiator %q: want one of %s", o.initiator, strings.Join(auditInitiators, ", "))}
+	case !isCallIDPrefix(o.call):
+		return usageError{fmt.Errorf("--call %q: want a call id or its start, in hex, as the CALL column shows it", o.call)}
 	case o.since < 0:
 		return usageError{fmt.Errorf("--since must not be negative, not %v", o.since)}
-	case verb == "list" && o.limit <= 0:
-		return usageError{fmt.Errorf("--limit must be positive, not %d", o.limit)}
+	case verb == "list" && o.limit < 0:
+		return usageError{fmt.Errorf("--limit must not be negative, not %d (0 lists all)", o.limit)}
 	}
 	return nil
+}
+
+// callIDLen is the length of a full call id.
+const callIDLen = 32
+
+// isCallIDPrefix says whether s is a call id or its start: hex digits.
+func isCallIDPrefix(s string) bool {
+	return len(s) <= callIDLen && strings.Trim(strings.ToLower(s), "0123456789abcdef") == ""
+}
+
+// request is the ListAudit request for the filters the coordinator
+// applies itself; matches applies the rest.
+func (o *auditFlags) request(now time.Time) *pb.ListAuditRequest {
+	req := &pb.ListAuditRequest{Since: o.sinceTime(now), Tool: o.tool, Outcome: o.outcome}
+	if len(o.call) == callIDLen {
+		req.CallId = strings.ToLower(o.call)
+	}
+	return req
 }
 
 // sinceTime is the --since cutoff, or nil for none.
@@ -117,9 +152,12 @@ func (o *auditFlags) sinceTime(now time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(now.Add(-o.since))
 }
 
-// matches applies the filters to a record, for tail, which filters itself.
+// matches applies the filters to a record.
 func (o *auditFlags) matches(r *pb.AuditRecord, since *timestamppb.Timestamp) bool {
-	return (o.call == "" || r.GetCallId() == o.call) &&
+	return strings.HasPrefix(r.GetCallId(), strings.ToLower(o.call)) &&
+		(o.principal == "" || r.GetPrincipal() == o.principal) &&
+		(o.initiator == "" || coordinator.InitiatorName(r.GetInitiator()) == o.initiator) &&
+		(o.method == "" || recordMethod(r) == o.method) &&
 		(o.tool == "" || r.GetTool() == o.tool) &&
 		(o.outcome == "" || r.GetOutcome() == o.outcome) &&
 		(since == nil || !r.GetSettledAt().AsTime().Before(since.AsTime()))
@@ -136,35 +174,81 @@ func auditList(ctx context.Context, s streams, args []string) error {
 	}
 	defer conn.Close()
 	c := pb.NewCoordinatorServiceClient(conn)
-	req := &pb.ListAuditRequest{Since: o.sinceTime(time.Now()), CallId: o.call, Tool: o.tool, Outcome: o.outcome}
-	p := newAuditPrinter(s.stdout, o.json, false)
-	if err := listAudit(ctx, c, req, o.limit, p.print); err != nil {
+	now := time.Now()
+	req := o.request(now)
+	newest := newestN{n: o.limit}
+	since := req.GetSince()
+	err = listAudit(ctx, c, req, func(r *pb.AuditRecord) error {
+		if o.matches(r, since) {
+			newest.add(r)
+		}
+		return nil
+	})
+	if err != nil {
 		return coordinatorErr(o.coordinator, err)
 	}
-	return p.flush()
+	p := newAuditPrinter(s.stdout, o.json, false)
+	for _, r := range newest.records() {
+		if err := p.print(r); err != nil {
+			return err
+		}
+	}
+	if err := p.flush(); err != nil {
+		return err
+	}
+	if left := newest.leftOut(); left > 0 {
+		fmt.Fprintf(s.stderr, "%d older matching records left out: these are the newest %d of %d (--limit N shows more, --limit 0 all).\n", left, o.limit, newest.seen)
+	}
+	return nil
 }
 
-// listAudit pages through ListAudit, calling emit for at most limit records.
-func listAudit(ctx context.Context, c pb.CoordinatorServiceClient, req *pb.ListAuditRequest, limit int, emit func(*pb.AuditRecord) error) error {
-	for n := 0; n < limit; {
-		req.PageSize = int32(min(limit-n, maxAuditPage))
+// newestN keeps the last n records it is given (all, when n is 0) and
+// counts the rest.
+type newestN struct {
+	n    int
+	seen int
+	ring []*pb.AuditRecord
+}
+
+func (k *newestN) add(r *pb.AuditRecord) {
+	k.seen++
+	if k.n == 0 || len(k.ring) < k.n {
+		k.ring = append(k.ring, r)
+		return
+	}
+	k.ring[(k.seen-1)%k.n] = r
+}
+
+// records are the kept records, oldest first.
+func (k *newestN) records() []*pb.AuditRecord {
+	if k.n == 0 || k.seen <= k.n {
+		return k.ring
+	}
+	start := k.seen % k.n
+	return append(slices.Clone(k.ring[start:]), k.ring[:start]...)
+}
+
+func (k *newestN) leftOut() int { return k.seen - len(k.ring) }
+
+// listAudit pages through every record ListAudit returns for req, oldest
+// first, calling emit for each.
+func listAudit(ctx context.Context, c pb.CoordinatorServiceClient, req *pb.ListAuditRequest, emit func(*pb.AuditRecord) error) error {
+	req.PageSize = maxAuditPage
+	for {
 		resp, err := c.ListAudit(ctx, req)
 		if err != nil {
 			return err
 		}
-		recs := resp.GetRecords()
-		for _, r := range recs[:min(len(recs), limit-n)] {
+		for _, r := range resp.GetRecords() {
 			if err := emit(r); err != nil {
 				return err
 			}
-			n++
 		}
 		if resp.GetNextPageToken() == "" {
 			return nil
 		}
 		req.PageToken = resp.GetNextPageToken()
 	}
-	return nil
 }
 
 func auditTail(ctx context.Context, s streams, args []string) error {
@@ -222,7 +306,7 @@ func coordinatorErr(addr string, err error) error {
 	case !ok:
 		return err
 	case st.Code() == codes.Unavailable:
-		return fmt.Errorf("cannot reach the coordinator at %s: %s", addr, st.Message())
+		return fmt.Errorf("cannot reach the coordinator at %s: %s (is `mcpcancel dev` running? --coordinator names another address)", addr, st.Message())
 	case st.Code() == codes.Canceled:
 		return errors.New("interrupted")
 	default:

@@ -54,20 +54,25 @@ func TestAuditCommandLines(t *testing.T) {
 			"Usage: mcpcancel audit list [flags]",
 			"--call id", "env MCPCANCEL_CALL",
 			"--coordinator address", "default 127.0.0.1:7801; env MCPCANCEL_COORDINATOR",
+			"--initiator initiator", "env MCPCANCEL_INITIATOR",
 			"--json", "env MCPCANCEL_JSON",
-			"--limit N", "default 100; env MCPCANCEL_LIMIT",
+			"--limit N", "the newest N records (0: all)", "default 100; env MCPCANCEL_LIMIT",
+			"--method method", "env MCPCANCEL_METHOD",
 			"--outcome outcome", "completed, cancelled, failed, cancel_lost", "env MCPCANCEL_OUTCOME",
+			"--principal principal", "env MCPCANCEL_PRINCIPAL",
 			"--since duration", "env MCPCANCEL_SINCE",
 			"--tool name", "env MCPCANCEL_TOOL",
 		}, nil},
 		{"tail has no --limit", []string{"audit", "tail", "--limit", "3"}, nil, 2, nil, []string{"flag provided but not defined: -limit"}},
 		{"bad outcome", []string{"audit", "list", "--outcome", "won"}, nil, 2, nil, []string{`--outcome "won": want one of completed, cancelled, failed, cancel_lost`}},
 		{"bad outcome from env", []string{"audit", "tail"}, []string{"MCPCANCEL_OUTCOME=lost"}, 2, nil, []string{`--outcome "lost"`}},
-		{"bad limit", []string{"audit", "list", "--limit", "0"}, nil, 2, nil, []string{"--limit must be positive, not 0"}},
+		{"bad limit", []string{"audit", "list", "--limit", "-1"}, nil, 2, nil, []string{"--limit must not be negative, not -1 (0 lists all)"}},
+		{"bad initiator", []string{"audit", "list", "--initiator", "me"}, nil, 2, nil, []string{`--initiator "me": want one of client, timeout`}},
+		{"call not hex", []string{"audit", "list", "--call", "nothing"}, nil, 2, nil, []string{`--call "nothing": want a call id or its start`}},
 		{"negative since", []string{"audit", "list", "--since", "-1m"}, nil, 2, nil, []string{"--since must not be negative"}},
 		{"stray argument", []string{"audit", "list", "now"}, nil, 2, nil, []string{`unexpected argument "now"`}},
 		{"no coordinator", []string{"audit", "list", "--coordinator", "127.0.0.1:1"}, nil, 1, nil, []string{
-			"mcpcancel audit: cannot reach the coordinator at 127.0.0.1:1",
+			"mcpcancel audit: cannot reach the coordinator at 127.0.0.1:1", "is `mcpcancel dev` running? --coordinator names another address",
 		}},
 		{"export to nowhere", []string{"coordinator", "--audit-export", filepath.Join(t.TempDir(), "no", "such", "dir")}, nil, 1, nil, []string{
 			"mcpcancel coordinator: --audit-export: open ",
@@ -130,9 +135,15 @@ func TestAuditListAndTail(t *testing.T) {
 		{"cancelled", []string{"--outcome", "cancelled"}, func(a auditLine) bool { return a == cancelled }, 1},
 		{"echo", []string{"--tool", "echo"}, func(a auditLine) bool { return a.Tool == "echo" && a.Outcome == "completed" }, 3},
 		{"one call", []string{"--call", cancelled.CallID}, func(a auditLine) bool { return a == cancelled }, 1},
+		{"its short id", []string{"--call", cancelled.CallID[:8]}, func(a auditLine) bool { return a == cancelled }, 1},
+		{"by the client", []string{"--initiator", "client"}, func(a auditLine) bool { return a == cancelled }, 1},
+		{"by an operator", []string{"--initiator", "operator"}, nil, 0},
+		{"anonymous", []string{"--principal", "anonymous", "--method", "tools/call"}, func(auditLine) bool { return true }, 4},
+		{"someone else", []string{"--principal", "mallory"}, nil, 0},
+		{"no such method", []string{"--method", "prompts/get"}, nil, 0},
 		{"echo, cancelled", []string{"--tool", "echo", "--outcome", "cancelled"}, nil, 0},
 		{"recent", []string{"--since", "1h"}, func(auditLine) bool { return true }, 4},
-		{"the future", []string{"--since", "1ns", "--call", "nothing"}, nil, 0},
+		{"the future", []string{"--since", "1ns", "--call", "ffff"}, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := auditList(t, coord, tc.args...)
@@ -141,8 +152,8 @@ func TestAuditListAndTail(t *testing.T) {
 			}
 		})
 	}
-	if got := auditList(t, coord, "--limit", "2"); !slices.Equal(got, all[:2]) {
-		t.Errorf("audit list --limit 2 = %+v, want the oldest two of %+v", got, all)
+	if got := auditList(t, coord, "--limit", "2"); !slices.Equal(got, all[2:]) {
+		t.Errorf("audit list --limit 2 = %+v, want the newest two of %+v", got, all)
 	}
 	checkTable(t, coord, all)
 	tailEcho(t, coord, echo, all)
@@ -406,5 +417,53 @@ func TestCoordinatorAuditExport(t *testing.T) {
 	}
 	if a := parseAuditLine(t, lines[0]); a.CallID != b.GetCallId() || a.Outcome != "completed" || a.Tool != "echo" {
 		t.Fatalf("exported %+v, want call %s completed", a, b.GetCallId())
+	}
+}
+
+// TestAuditListShowsTheNewest makes 120 calls and lists the audit with the
+// default limit: the newest 100 come out, the last one made among them,
+// and stderr says that the 20 oldest were left out.
+func TestAuditListShowsTheNewest(t *testing.T) {
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0")
+	coord := p.waitLine(t, "coordinator: ")
+	cs := mcpSession(t, p.waitLine(t, "mcp: "), nil)
+	for i := range 120 {
+		callEcho(t, cs, i)
+	}
+	client := pb.NewCoordinatorServiceClient(dial(t, coord))
+	var newest string
+	poll(t, "120 audit records", func() bool {
+		var n int
+		req := &pb.ListAuditRequest{PageSize: 1000}
+		resp, err := client.ListAudit(t.Context(), req)
+		if err != nil {
+			return false
+		}
+		n = len(resp.Records)
+		if n > 0 {
+			newest = resp.Records[n-1].GetCallId()
+		}
+		return n == 120
+	})
+	cmd := command("audit", "list", "--coordinator", coord, "--json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("audit list: %v\n%s", err, stderr.String())
+	}
+	var got []auditLine
+	for line := range strings.Lines(string(out)) {
+		got = append(got, parseAuditLine(t, line))
+	}
+	if len(got) != 100 || got[len(got)-1].CallID != newest {
+		t.Fatalf("audit list printed %d records ending with %v, want 100 ending with the newest, %s", len(got), got[len(got)-1], newest)
+	}
+	if want := "20 older matching records left out: these are the newest 100 of 120"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("audit list stderr %q, want it to say %q", stderr.String(), want)
+	}
+	all := command("audit", "list", "--coordinator", coord, "--json", "--limit", "0")
+	if out, err := all.Output(); err != nil || strings.Count(string(out), "\n") != 120 {
+		t.Errorf("audit list --limit 0: %d lines, %v; want all 120", strings.Count(string(out), "\n"), err)
 	}
 }

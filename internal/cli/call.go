@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -278,7 +279,15 @@ func (o *callFlags) connectErr(err error) error {
 	if o.stdio() {
 		return fmt.Errorf("cannot speak MCP with %q: %w", o.stdioCmd, err)
 	}
+	if isConnRefused(err) {
+		return fmt.Errorf("no MCP gateway at %s: is `mcpcancel dev` running? (--mcp names another URL)", o.mcp)
+	}
 	return fmt.Errorf("cannot speak MCP with %s: %w", o.mcp, err)
+}
+
+// isConnRefused says whether err is a refused connection: nothing listens.
+func isConnRefused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // callErr is a failed call as the user should read it: a JSON-RPC error

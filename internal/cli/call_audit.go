@@ -327,7 +327,7 @@ func (o *callFlags) printAudit(s streams, recs []*coordinator.AuditRecord) error
 
 // auditLine is an audit record for people: `audit: cancelled by client
 // (reason "context canceled") settled 2026-...; handler stopped 12ms later
-// on worker dev-worker`.
+// on worker dev-worker; call 3f9c2a1b`.
 func auditLine(r *coordinator.AuditRecord) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "audit: %s", r.Outcome)
@@ -344,6 +344,8 @@ func auditLine(r *coordinator.AuditRecord) string {
 	if r.Worker != "" {
 		fmt.Fprintf(&b, " on worker %s", r.Worker)
 	}
+	// The short id audit list prints and its --call takes.
+	fmt.Fprintf(&b, "; call %s", r.CallID[:min(len(r.CallID), shortCallID)])
 	return b.String()
 }
 

@@ -77,7 +77,7 @@ func (d *devStack) args(more ...string) []string {
 }
 
 // auditLineRE is the readable audit line of a call the client cancelled.
-var auditLineRE = regexp.MustCompile(`^audit: cancelled by client \(reason "[^"]+"\) settled \d{4}-\d\d-\d\dT[0-9:.]+Z; handler stopped [0-9.]+[µm]?s later on worker dev-worker$`)
+var auditLineRE = regexp.MustCompile(`^audit: cancelled by client \(reason "[^"]+"\) settled \d{4}-\d\d-\d\dT[0-9:.]+Z; handler stopped [0-9.]+[µm]?s later on worker dev-worker; call [0-9a-f]{8}$`)
 
 // TestCallCancel cancels a long sleep with --cancel-after, speaking
 // 2026-07-28 (the default: the client closes the call's stream) and
@@ -222,7 +222,7 @@ func TestCallOutcomes(t *testing.T) {
 			}
 		})
 	}
-	if r := runCall(t, "--mcp", "http://127.0.0.1:1/mcp", "echo"); r.code != 1 || !strings.Contains(r.stderr, "cannot speak MCP with http://127.0.0.1:1/mcp") {
+	if r := runCall(t, "--mcp", "http://127.0.0.1:1/mcp", "echo"); r.code != 1 || !strings.Contains(r.stderr, "no MCP gateway at http://127.0.0.1:1/mcp: is `mcpcancel dev` running?") {
 		t.Errorf("no server: exit %d, want 1 and a message", r.code)
 	}
 	dev.stop(t)

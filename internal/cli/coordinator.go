@@ -139,7 +139,11 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 		Logger: log,
 	})
 	also := []func(context.Context) error{
-		func(ctx context.Context) error { return serveAdmin(ctx, s.stderr, o.admin, srv.Registry()) },
+		func(ctx context.Context) error {
+			ready, closeReady := grpcHealth(lis.Addr().String(), sec.dialOptions(tlsconfig.RoleCoordinator))
+			defer closeReady()
+			return serveAdminReady(ctx, s.stderr, o.admin, srv.Registry(), ready)
+		},
 	}
 	if export != nil {
 		also = append(also, coordinator.NewExporter(srv, export).Run)
@@ -155,6 +159,7 @@ func runCoordinator(ctx context.Context, s streams, args []string) error {
 func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Logger, lis net.Listener, sopts []grpc.ServerOption, grace time.Duration, etcdURLs string, also ...func(context.Context) error) error {
 	gs := grpcserver.New(log, srv.Registry(), grpcserver.Keepalive{}, sopts...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
+	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(srv))
 	hs := srv.Health() // SERVING while the replica can decide calls
 	healthgrpc.RegisterHealthServer(gs, hs)
 

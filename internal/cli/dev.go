@@ -15,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
@@ -44,6 +43,7 @@ type devFlags struct {
 	leaseTTL       time.Duration
 	fixtures       bool
 	upstream       upstreamFlags
+	console        string
 }
 
 func runDev(ctx context.Context, s streams, args []string) error {
@@ -54,6 +54,7 @@ func runDev(ctx context.Context, s streams, args []string) error {
 	f.fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
 	f.fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
 	f.fs.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
+	f.fs.StringVar(&o.console, "console-listen", defaultConsoleListen, "loopback `HOST:PORT` for the web console (the default falls back to a free port when taken)")
 	o.upstream.register(f, false)
 	if err := f.parse(args); err != nil {
 		return err
@@ -117,13 +118,18 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 		return err
 	}
 	defer conn.Close()
+	stopConsole, err := startDevConsole(ctx, s.stderr, conn, o.console, log.With("part", "console"))
+	if err != nil {
+		return err
+	}
+	defer stopConsole()
 	glog := log.With("part", "gateway")
-	gopts := o.options(pb.NewCoordinatorServiceClient(conn), glog)
+	gopts := o.options(conn, glog)
 	if gopts.Authenticator, err = o.authenticator(glog); err != nil {
 		return err
 	}
 	g := gateway.New(gopts)
-	return serveGateway(ctx, s, g, &o.gatewayFlags)
+	return flagForPort(serveGateway(ctx, s, g, &o.gatewayFlags), "http", o.http)
 }
 
 // listenCoordinator listens on --coordinator-listen. With --stdio and the
@@ -131,7 +137,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 // instead: MCP hosts start one dev --stdio per client, and the address is
 // printed on the "coordinator:" line.
 func (o *devFlags) listenCoordinator(stderr io.Writer) (net.Listener, error) {
-	lis, err := net.Listen("tcp", o.coordListen)
+	lis, err := listenFlag("coordinator-listen", o.coordListen)
 	if err == nil || !o.stdio || o.coordListenSet {
 		return lis, err
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
@@ -25,16 +27,16 @@ beside /mcp. On SIGINT or SIGTERM it stops accepting, lets calls finish for
 --shutdown-grace, then cancels the rest (reason "shutdown").`
 
 type gatewayFlags struct {
-	http, coordinator, name, origins string
-	tokensFile                       string
-	jwksFile, jwtIssuer, jwtAudience string
-	oauth                            oauthFlags
-	tls                              tlsconfig.Files // gateway only: dev ignores it
-	admin                            string          // /metrics and /debug/pprof/ beside MCP
-	stdio                            bool
-	callTimeout, grace, ping         time.Duration
-	scopeLimit, globalLimit          int
-	logLevel                         *slog.Level
+	http, coordinator, name, origins       string
+	tokensFile                             string
+	jwksFile, jwtIssuer, jwtAudience       string
+	oauth                                  oauthFlags
+	tls                                    tlsconfig.Files // gateway only: dev ignores it
+	admin                                  string          // /metrics and /debug/pprof/ beside MCP
+	stdio                                  bool
+	callTimeout, grace, ping, writeTimeout time.Duration
+	scopeLimit, globalLimit                int
+	logLevel                               *slog.Level
 }
 
 func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
@@ -51,6 +53,7 @@ func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
 	o.oauth.register(f)
 	f.fs.StringVar(&o.origins, "allowed-origins", "", "comma-separated `origins` browsers may call from, besides loopback (DNS-rebinding protection)")
 	f.fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Minute, "longest a tool call may run before it is cancelled (reason \"timeout\")")
+	f.fs.DurationVar(&o.writeTimeout, "write-timeout", 10*time.Second, "longest a write to a client may take; a client that does not read in time is cut off and its calls cancelled (reason \"disconnect\")")
 	f.fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "how long shutdown lets calls in flight finish before cancelling them")
 	f.fs.DurationVar(&o.ping, "ping-interval", 0, "ping clients that can hear the gateway this often; 0 never")
 	f.fs.IntVar(&o.scopeLimit, "scope-limit", 256, "most calls in flight per session or connection")
@@ -61,8 +64,8 @@ func (o *gatewayFlags) register(f *flags, withCoordinator bool) {
 
 func (o *gatewayFlags) check() error {
 	switch {
-	case o.callTimeout <= 0 || o.grace <= 0:
-		return usageError{errors.New("--call-timeout and --shutdown-grace must be positive")}
+	case o.callTimeout <= 0 || o.grace <= 0 || o.writeTimeout <= 0:
+		return usageError{errors.New("--call-timeout, --shutdown-grace and --write-timeout must be positive")}
 	case o.scopeLimit <= 0 || o.globalLimit <= 0:
 		return usageError{errors.New("--scope-limit and --global-limit must be positive")}
 	}
@@ -98,7 +101,9 @@ func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, e
 	return nil, nil
 }
 
-func (o *gatewayFlags) options(coord pb.CoordinatorServiceClient, log *slog.Logger) gateway.Options {
+// options builds the gateway's options over conn, the coordinators'
+// connection: their API, and their health for /readyz.
+func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) gateway.Options {
 	var origins []string
 	for _, s := range strings.Split(o.origins, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -106,7 +111,8 @@ func (o *gatewayFlags) options(coord pb.CoordinatorServiceClient, log *slog.Logg
 		}
 	}
 	return gateway.Options{
-		Coordinator: coord, Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit,
+		Coordinator: pb.NewCoordinatorServiceClient(conn), CoordinatorHealth: healthgrpc.NewHealthClient(conn),
+		Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit, WriteTimeout: o.writeTimeout,
 		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: version(), Logger: log,
 		Auth: o.oauth.options(o),
 	}
@@ -133,7 +139,7 @@ func runGateway(ctx context.Context, s streams, args []string) error {
 		return err
 	}
 	defer conn.Close()
-	gopts := o.options(pb.NewCoordinatorServiceClient(conn), log)
+	gopts := o.options(conn, log)
 	gopts.WorkerDialOptions = sec.dialOptions(tlsconfig.RoleWorker)
 	if gopts.Authenticator, err = o.authenticator(log); err != nil {
 		return err

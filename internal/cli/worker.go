@@ -122,7 +122,9 @@ func runWorker(ctx context.Context, s streams, args []string) error {
 	var g errgroup.Group
 	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAdmin()
-	g.Go(func() error { return serveAdmin(adminCtx, s.stderr, o.admin, w.Registry()) })
+	ready, closeReady := grpcHealth(lis.Addr().String(), sec.dialOptions(tlsconfig.RoleWorker))
+	defer closeReady()
+	g.Go(func() error { return serveAdminReady(adminCtx, s.stderr, o.admin, w.Registry(), ready) })
 	err = w.Run(ctx, lis)
 	stopAdmin()
 	return errors.Join(err, g.Wait())

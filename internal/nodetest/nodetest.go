@@ -31,12 +31,20 @@ func Dir(t testing.TB) string {
 // these tests are part of the suite, not optional.
 func Install(t testing.TB) string {
 	t.Helper()
-	dir := Dir(t)
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("nodetest: %s is not installed; the MCP client tests need Node.js 20+", tool)
 		}
 	}
+	dir := Dir(t)
+	install(t, dir)
+	return dir
+}
+
+// install runs `npm ci` in dir unless its node_modules already match its
+// lockfile, holding dir's install lock meanwhile.
+func install(t testing.TB, dir string) {
+	t.Helper()
 	lock, err := os.OpenFile(filepath.Join(dir, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +60,7 @@ func Install(t testing.TB) string {
 	}
 	stamp := filepath.Join(dir, "node_modules", ".mcpcancel-installed")
 	if got, err := os.ReadFile(stamp); err == nil && bytes.Equal(got, want) {
-		return dir
+		return
 	}
 	cmd := exec.CommandContext(context.Background(), "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
 	cmd.Dir = dir
@@ -62,7 +70,6 @@ func Install(t testing.TB) string {
 	if err := os.WriteFile(stamp, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
 
 // Node returns a command running node with args in test/clients.

@@ -5,8 +5,8 @@
 //
 // Identity is the CA and the role, not the host name: a peer is trusted
 // when its certificate chains to the CA, and its role is the certificate's
-// Subject OrganizationalUnit ("gateway", "worker", "coordinator" or
-// "admin"). A client checks that the server it reached has the role it
+// Subject OrganizationalUnit ("gateway", "worker", "coordinator", "admin"
+// or "operator"). A client checks that the server it reached has the role it
 // meant to reach; servers authorise calls by role (package authz). The CA
 // must therefore be one that signs certificates for mcpcancel alone.
 // Host names are not checked because workers are reached at addresses
@@ -33,6 +33,8 @@ const (
 	RoleWorker      = "worker"
 	RoleCoordinator = "coordinator"
 	RoleAdmin       = "admin"
+	// RoleOperator may do what admin does, and cancel running calls.
+	RoleOperator = "operator"
 )
 
 // ErrPartial means some but not all of the three files were given.
@@ -66,7 +68,7 @@ func (f Files) Enabled() (bool, error) {
 func RoleOf(cert *x509.Certificate) string {
 	for _, ou := range cert.Subject.OrganizationalUnit {
 		switch ou {
-		case RoleGateway, RoleWorker, RoleCoordinator, RoleAdmin:
+		case RoleGateway, RoleWorker, RoleCoordinator, RoleAdmin, RoleOperator:
 			return ou
 		}
 	}

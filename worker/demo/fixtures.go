@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -43,6 +44,7 @@ func RegisterFixtures(w *worker.Worker) {
 	fixture("test_error_handling", "Always fails with a tool error.", fixed(worker.Errorf("This tool intentionally returns an error for testing")))
 	fixture("test_tool_with_logging", "Sends three log messages while it runs.", withLogging)
 	fixture("test_tool_with_progress", "Reports progress three times.", withProgress)
+	registerDiagnostics(w)
 }
 
 func fixed(r *worker.Result) worker.Handler {
@@ -81,3 +83,59 @@ func withProgress(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 }
 
 func timeAfter(ms int) time.Time { return time.Now().Add(time.Duration(ms) * time.Millisecond) }
+
+// The diagnostic tools the conformance suite's 2026-07-28 server
+// scenarios name, beside the content fixtures. Each probes one rule of
+// the gateway rather than doing work.
+
+// requiresSampling marks a tool that needs the client's sampling
+// capability: the gateway refuses its 2026-07-28 calls from clients that
+// did not declare it (-32021), before the call starts.
+var requiresSampling = json.RawMessage(`{"io.mcpcancel/requiredClientCapabilities":{"sampling":{}}}`)
+
+// schema2020 is the suite's JSON Schema 2020-12 tool schema, which the
+// gateway must pass through unchanged.
+var schema2020 = json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",` +
+	`"$defs":{"address":{"$anchor":"addressDef","type":"object","properties":{"street":{"type":"string"},"city":{"type":"string"}}}},` +
+	`"properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"},"contactMethod":{"type":"string","enum":["phone","email"]},"phone":{"type":"string"},"email":{"type":"string"}},` +
+	`"allOf":[{"anyOf":[{"required":["phone"]},{"required":["email"]}]}],` +
+	`"if":{"properties":{"contactMethod":{"const":"phone"}},"required":["contactMethod"]},"then":{"required":["phone"]},"else":{"required":["email"]},` +
+	`"additionalProperties":false}`)
+
+// headerSchema mirrors three arguments into Mcp-Param-* headers.
+var headerSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"region":{"type":"string","x-mcp-header":"Region"},` +
+	`"priority":{"type":"integer","x-mcp-header":"Priority"},` +
+	`"verbose":{"type":"boolean","x-mcp-header":"Verbose"},` +
+	`"query":{"type":"string"}},"required":["region"]}`)
+
+func registerDiagnostics(w *worker.Worker) {
+	w.Handle(worker.Tool{
+		Name: "test_missing_capability", Description: "Needs the client's sampling capability.",
+		InputSchema: noArgs, Annotations: requiresSampling,
+	}, fixed(worker.Errorf("test_missing_capability needs sampling, which this gateway does not relay yet")))
+	w.Handle(worker.Tool{
+		Name: "test_streaming_elicitation", Description: "Answers on its response stream without sending the client any request.",
+		InputSchema: noArgs,
+	}, fixed(worker.Text("No request was sent on this stream: a 2026-07-28 server asks for input with an input_required result.")))
+	w.Handle(worker.Tool{Name: "test_logging_tool", Description: "Sends three log messages while it runs.", InputSchema: noArgs}, withLogging)
+	w.Handle(worker.Tool{
+		Name: "json_schema_2020_12_tool", Description: "Tool with JSON Schema 2020-12 features", InputSchema: schema2020,
+	}, fixed(worker.Text("The schema reached the client unchanged.")))
+	w.Handle(worker.Tool{
+		Name: "test_custom_headers", Description: "Mirrors region, priority and verbose into Mcp-Param-* headers.", InputSchema: headerSchema,
+	}, echoArguments)
+	var added atomic.Int64
+	w.Handle(worker.Tool{
+		Name: "test_trigger_tool_change", Description: "Adds a tool, so that the tool list changes.", InputSchema: noArgs,
+	}, func(context.Context, *worker.Call) (*worker.Result, error) {
+		name := fmt.Sprintf("test_added_tool_%d", added.Add(1))
+		w.Handle(worker.Tool{Name: name, Description: "Added by test_trigger_tool_change.", InputSchema: noArgs},
+			fixed(worker.Text(name)))
+		return worker.Text("added " + name), nil
+	})
+}
+
+func echoArguments(_ context.Context, c *worker.Call) (*worker.Result, error) {
+	return worker.Text(string(c.Arguments)), nil
+}

@@ -589,9 +589,12 @@ func (x *CancelResponse) GetWinnerReason() string {
 }
 
 type CompleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Call          *CallRef               `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Call      *CallRef               `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The result is the tool's own error (an MCP result with isError): the
+	// call completes, and is audited as "tool_error" rather than "completed".
+	ToolError     bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +641,13 @@ func (x *CompleteRequest) GetStoppedAt() *timestamppb.Timestamp {
 		return x.StoppedAt
 	}
 	return nil
+}
+
+func (x *CompleteRequest) GetToolError() bool {
+	if x != nil {
+		return x.ToolError
+	}
+	return false
 }
 
 type CompleteResponse struct {
@@ -2714,11 +2724,13 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
 	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"w\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x96\x01\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
-	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xaf\x01\n" +
+	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x1d\n" +
+	"\n" +
+	"tool_error\x18\x03 \x01(\bR\ttoolError\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +

@@ -547,7 +547,8 @@ type AuditRecord struct {
 	Tool      string                 `protobuf:"bytes,5,opt,name=tool,proto3" json:"tool,omitempty"`
 	Worker    string                 `protobuf:"bytes,6,opt,name=worker,proto3" json:"worker,omitempty"`
 	Gateway   string                 `protobuf:"bytes,7,opt,name=gateway,proto3" json:"gateway,omitempty"`
-	// One of "completed", "cancelled", "failed", "cancel_lost".
+	// One of "completed", "tool_error" (completed with the tool's own error
+	// result), "cancelled", "failed", "cancel_lost".
 	Outcome     string                 `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	Initiator   Initiator              `protobuf:"varint,9,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	Reason      string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`

@@ -1,0 +1,166 @@
+package console_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/console"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, etcdtest.IgnoreLeaks(
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	)...)
+}
+
+// system is a coordinator serving both services, a demo worker, a
+// gateway, and the console in front of the coordinator.
+type system struct {
+	mcp     *mcp.ClientSession
+	console string // base URL
+}
+
+func newSystem(t *testing.T, access func(*http.Request) (console.Viewer, error)) *system {
+	t.Helper()
+	etcd := etcdtest.Single(t)
+	co := testcluster.StartCoordinator(t, etcd.Client(), coordinator.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(co.Server))
+	pb.RegisterCoordinatorServiceServer(gs, co.Server)
+	done := make(chan error, 1)
+	go func() { done <- gs.Serve(lis) }()
+	t.Cleanup(func() { gs.Stop(); <-done })
+	conn := testcluster.Conn(t, lis.Addr().String())
+	testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "w1"}, demo.Register)
+	_, mcpURL := testcluster.StartGateway(t, co.Client(t), gateway.Options{Name: "g1"})
+	client := mcp.NewClient(&mcp.Implementation{Name: "console-test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: mcpURL, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	c := console.New(console.Options{Coordinator: pb.NewCoordinatorServiceClient(conn), Admin: pb.NewAdminServiceClient(conn), Access: access})
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	return &system{mcp: cs, console: srv.URL}
+}
+
+func (s *system) echo(t *testing.T, text string) {
+	t.Helper()
+	res, err := s.mcp.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %v, %v", res, err)
+	}
+}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestAuditSearchAndTimeline searches the audit by each filter and opens
+// a call's timeline, which says what it does not know.
+func TestAuditSearchAndTimeline(t *testing.T) {
+	s := newSystem(t, nil)
+	for _, text := range []string{"a", "b", "c"} {
+		s.echo(t, text)
+	}
+	testcluster.WaitFor(t, "three decisions on the calls page", func() bool {
+		_, body := get(t, s.console+"/")
+		return strings.Count(body, `data-outcome="completed"`) == 3
+	})
+	_, page := get(t, s.console+"/audit?tool=echo")
+	i := strings.Index(page, `data-decision="`)
+	if i < 0 {
+		t.Fatalf("no decision rows in the audit page:\n%s", page)
+	}
+	id := page[i+len(`data-decision="`) : i+len(`data-decision="`)+32]
+	for _, tc := range []struct {
+		query string
+		rows  int
+		say   string
+	}{
+		{"tool=echo", 3, "3 matching records"},
+		{"call=" + id[:6], 1, "1 matching records"},
+		{"method=tools/call&principal=anonymous&outcome=completed&since=1h", 3, "3 matching records"},
+		{"initiator=operator", 0, "0 matching records"},
+		{"method=prompts/get", 0, "0 matching records"},
+		{"since=yesterday", 0, "since is a duration"},
+		{"call=xyz", 0, "call is a call id or its start"},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			code, body := get(t, s.console+"/audit?"+strings.ReplaceAll(tc.query, "/", url.QueryEscape("/")))
+			if code != http.StatusOK || strings.Count(body, `data-decision="`) != tc.rows || !strings.Contains(body, tc.say) {
+				t.Errorf("audit?%s: %d, %d rows; want %d rows and %q", tc.query, code, strings.Count(body, `data-decision="`), tc.rows, tc.say)
+			}
+		})
+	}
+	code, body := get(t, s.console+"/calls/"+id)
+	for _, want := range []string{"requested", "placed", "on worker w1", "decided", "completed", "handler stopped", "trace id", "not recorded"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("timeline of %s: %d, missing %q", id, code, want)
+		}
+	}
+	if code, _ := get(t, s.console+"/calls/"+strings.Repeat("0", 32)); code != http.StatusNotFound {
+		t.Errorf("timeline of an unknown call: %d, want 404", code)
+	}
+	if code, body := get(t, s.console+"/workers"); code != http.StatusOK || !strings.Contains(body, "w1") || !strings.Contains(body, "sleep") {
+		t.Errorf("workers page: %d\n%s", code, body)
+	}
+}
+
+// TestReadOnlyViewer: a viewer without the operator role sees no cancel
+// button and cannot cancel; with certificate access and no certificate,
+// nothing is shown at all.
+func TestReadOnlyViewer(t *testing.T) {
+	s := newSystem(t, func(*http.Request) (console.Viewer, error) { return console.Viewer{Name: "auditor"}, nil })
+	code, body := get(t, s.console+"/")
+	if code != http.StatusOK || strings.Contains(body, "data-cancel") || !strings.Contains(body, "auditor (read only)") {
+		t.Errorf("read-only calls page: %d\n%s", code, body)
+	}
+	resp, err := http.PostForm(s.console+"/calls/"+strings.Repeat("0", 32)+"/cancel", url.Values{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a read-only cancel: %d, want 403", resp.StatusCode)
+	}
+
+	certs := newSystem(t, console.CertAccess)
+	if code, body := get(t, certs.console+"/"); code != http.StatusForbidden || !strings.Contains(body, "client certificate") {
+		t.Errorf("no certificate: %d %q, want 403 asking for a client certificate", code, body)
+	}
+}

@@ -1,0 +1,230 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// The rules of 2026-07-28 that apply to a request before it is handled:
+// the _meta envelope every request carries, the methods that revision
+// removed, and the client capabilities a tool needs.
+
+// _meta keys of 2026-07-28 requests and notifications.
+const (
+	metaClientCaps     = "io.modelcontextprotocol/clientCapabilities"
+	metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+)
+
+// codeMissingCapability is MissingRequiredClientCapabilityError.
+const codeMissingCapability = -32021
+
+// annotationRequires is the key, in a worker tool's annotations, of the
+// client capabilities (a ClientCapabilities object) the tool needs. The
+// gateway refuses a 2026-07-28 call of the tool from a client that did
+// not declare them, before any work starts, and never shows the key to
+// clients.
+const annotationRequires = "io.mcpcancel/requiredClientCapabilities"
+
+// removedMethods are the requests 2026-07-28 removed: a client speaking
+// it gets -32601 (404 over HTTP) for them.
+var removedMethods = []string{"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+
+// envelope is the part of a request's _meta that 2026-07-28 defines.
+type envelope struct {
+	version  string
+	caps     map[string]json.RawMessage
+	hasMeta  bool
+	hasCaps  bool
+	logLevel string
+}
+
+func parseEnvelope(params json.RawMessage) envelope {
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	var e envelope
+	if json.Unmarshal(params, &p) != nil || p.Meta == nil {
+		return e
+	}
+	e.hasMeta = true
+	json.Unmarshal(p.Meta[metaVersion], &e.version)
+	json.Unmarshal(p.Meta["io.modelcontextprotocol/logLevel"], &e.logLevel)
+	if raw, ok := p.Meta[metaClientCaps]; ok && json.Unmarshal(raw, &e.caps) == nil && e.caps != nil {
+		e.hasCaps = true
+	}
+	return e
+}
+
+// check says what is wrong with the envelope, if anything: a request
+// missing a required field is malformed (-32602).
+func (e envelope) check() *jsonrpc.Error {
+	switch {
+	case !e.hasMeta:
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: a 2026-07-28 request needs _meta with %s and %s", metaVersion, metaClientCaps)
+	case e.version == "":
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta needs %s", metaVersion)
+	case !e.hasCaps:
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta needs %s (an object)", metaClientCaps)
+	case e.logLevel != "" && !slices.Contains(logLevels, e.logLevel):
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta log level must be one of %v", logLevels)
+	}
+	return nil
+}
+
+// precheck applies the rules a 2026-07-28 request must pass before it is
+// handled. It returns the error to answer and the HTTP status to answer
+// it with, or nil.
+func (s *session) precheck(ctx context.Context, m *jsonrpc.Message) (*jsonrpc.Error, int) {
+	env := parseEnvelope(m.Params)
+	if e := env.check(); e != nil {
+		return e, http.StatusBadRequest
+	}
+	if slices.Contains(removedMethods, m.Method) {
+		return jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s was removed in %s", m.Method, Version20260728), http.StatusNotFound
+	}
+	if m.Method == "tools/call" {
+		if e := s.missingCapabilities(ctx, m.Params, env.caps); e != nil {
+			return e, http.StatusBadRequest
+		}
+	}
+	return nil, 0
+}
+
+// missingCapabilities answers a call of a tool that needs client
+// capabilities the request did not declare.
+func (s *session) missingCapabilities(ctx context.Context, params json.RawMessage, declared map[string]json.RawMessage) *jsonrpc.Error {
+	var p struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return nil // handleCall answers malformed params
+	}
+	t := s.g.knownTool(ctx, p.Name)
+	if t == nil {
+		return nil
+	}
+	missing := map[string]json.RawMessage{}
+	for name, v := range requiredCapabilities(t) {
+		if _, ok := declared[name]; !ok {
+			missing[name] = v
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(missing))
+	for n := range missing {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	data, _ := json.Marshal(map[string]any{"requiredCapabilities": missing})
+	return &jsonrpc.Error{
+		Code:    codeMissingCapability,
+		Message: "Missing required client capability: tool " + p.Name + " needs " + strings.Join(names, ", "),
+		Data:    data,
+	}
+}
+
+// knownTool finds a tool that live workers offer; nil if none does (or
+// the coordinator cannot say, when the call fails on its own).
+func (g *Gateway) knownTool(ctx context.Context, name string) *pb.Tool {
+	tools, err := g.listTools(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, tool := range tools {
+		if tool.GetName() == name {
+			return tool
+		}
+	}
+	return nil
+}
+
+// requiredCapabilities reads the client capabilities a tool needs from
+// its annotations.
+func requiredCapabilities(t *pb.Tool) map[string]json.RawMessage {
+	var a map[string]json.RawMessage
+	if json.Unmarshal(t.GetAnnotationsJson(), &a) != nil {
+		return nil
+	}
+	var req map[string]json.RawMessage
+	json.Unmarshal(a[annotationRequires], &req)
+	return req
+}
+
+// publicAnnotations are a tool's annotations as clients see them: without
+// the gateway's own key; nil if nothing else is left.
+func publicAnnotations(raw []byte) json.RawMessage {
+	var a map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &a) != nil {
+		return nonEmpty(raw)
+	}
+	if _, ok := a[annotationRequires]; !ok {
+		return raw
+	}
+	delete(a, annotationRequires)
+	if len(a) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(a)
+	return b
+}
+
+// listenSink tags every message of one subscriptions/listen stream with
+// the subscription's id (the listen request's id), as 2026-07-28 asks.
+type listenSink struct {
+	out sink
+	id  json.RawMessage
+}
+
+func (l *listenSink) send(msg []byte) bool { return l.out.send(tagSubscription(msg, l.id)) }
+
+func (l *listenSink) sendLatest(key string, msg []byte) bool {
+	return l.out.sendLatest(key, tagSubscription(msg, l.id))
+}
+
+// tagSubscription returns a copy of a notification with
+// params._meta[subscriptionId] set; other messages pass unchanged.
+func tagSubscription(msg []byte, id json.RawMessage) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || m["method"] == nil || m["id"] != nil {
+		return msg
+	}
+	var params map[string]json.RawMessage
+	json.Unmarshal(m["params"], &params)
+	if params == nil {
+		params = map[string]json.RawMessage{}
+	}
+	var meta map[string]json.RawMessage
+	json.Unmarshal(params["_meta"], &meta)
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	meta[metaSubscriptionID] = id
+	params["_meta"] = rawJSON(meta)
+	m["params"] = rawJSON(params)
+	return rawJSON(m)
+}
+
+func rawJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only maps of valid raw JSON reach here
+	}
+	return b
+}
+
+// listenResult is the result that ends a subscriptions/listen stream the
+// server closes: complete, and tagged like every message of the stream.
+func listenResult(id jsonrpc.ID) map[string]any {
+	return map[string]any{
+		"resultType": "complete",
+		"_meta":      map[string]any{metaSubscriptionID: rawJSON(id)},
+	}
+}
