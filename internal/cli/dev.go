@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -25,17 +28,22 @@ coordinator, a worker with the demo tools (sleep, echo, spin) and a gateway
 serving MCP on --http (or on stdio with --stdio; logs then go to stderr only).
 With --upstream-stdio or --upstream-http the worker fronts that MCP server
 instead of serving the demo tools. Prints one line per endpoint on stderr.
+With --stdio it runs beside any other dev: if the default coordinator port
+is taken, the coordinator listens on a free one (see its line on stderr).
 On SIGINT or SIGTERM it stops the parts in order and removes its temporary
 data directory.`
 
 type devFlags struct {
 	gatewayFlags
 	coordListen string
-	dataDir     string
-	leaseTTL    time.Duration
-	fixtures    bool
-	upstream    upstreamFlags
-	console     string
+	// coordListenSet says --coordinator-listen came from the command line
+	// or the environment, so dev must not fall back from it.
+	coordListenSet bool
+	dataDir        string
+	leaseTTL       time.Duration
+	fixtures       bool
+	upstream       upstreamFlags
+	console        string
 }
 
 func runDev(ctx context.Context, s streams, args []string) error {
@@ -51,6 +59,7 @@ func runDev(ctx context.Context, s streams, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	f.fs.Visit(func(fl *flag.Flag) { o.coordListenSet = o.coordListenSet || fl.Name == "coordinator-listen" })
 	if err := o.upstream.check(); err != nil {
 		return usageError{err}
 	}
@@ -83,7 +92,7 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	}
 	defer etcd.Close()
 
-	coordLis, err := listenFlag("coordinator-listen", o.coordListen)
+	coordLis, err := o.listenCoordinator(s.stderr)
 	if err != nil {
 		return err
 	}
@@ -121,6 +130,23 @@ func runDevIn(ctx context.Context, s streams, o *devFlags, dir string) error {
 	}
 	g := gateway.New(gopts)
 	return flagForPort(serveGateway(ctx, s, g, &o.gatewayFlags), "http", o.http)
+}
+
+// listenCoordinator listens on --coordinator-listen. With --stdio and the
+// default address unusable (another dev holds it), it takes a free port
+// instead: MCP hosts start one dev --stdio per client, and the address is
+// printed on the "coordinator:" line.
+func (o *devFlags) listenCoordinator(stderr io.Writer) (net.Listener, error) {
+	lis, err := listenFlag("coordinator-listen", o.coordListen)
+	if err == nil || !o.stdio || o.coordListenSet {
+		return lis, err
+	}
+	lis, ferr := net.Listen("tcp", "127.0.0.1:0")
+	if ferr != nil {
+		return nil, errors.Join(err, ferr)
+	}
+	fmt.Fprintf(stderr, "note: %s is taken (another mcpcancel dev?), so the coordinator listens on a free port\n", o.coordListen)
+	return lis, nil
 }
 
 // startDevWorker starts the demo worker and waits until it has attached.

@@ -3,9 +3,12 @@ package cli_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -144,4 +147,87 @@ func TestDevShutdownWithCallsInFlight(t *testing.T) {
 	if o.err != nil || !o.res.IsError || len(o.res.Content) == 0 || !strings.Contains(o.res.Content[0].(*mcp.TextContent).Text, "shut down") {
 		t.Fatalf("the client of a call cancelled by shutdown got %+v, %v; want an error result naming the shutdown", o.res, o.err)
 	}
+}
+
+// TestDevStdioSideBySide: MCP hosts start one `dev --stdio` per client.
+// With the default coordinator port held (as the tour's `mcpcancel dev`
+// holds it), two of them run at once, each on a free port it prints, and
+// each serves a call from the Go SDK client over its stdin and stdout.
+func TestDevStdioSideBySide(t *testing.T) {
+	if held, err := net.Listen("tcp", defaultCoordinator); err == nil {
+		defer held.Close() // else something else (a running dev) holds it already
+	}
+	type dev struct {
+		cs     *mcp.ClientSession
+		stderr *syncBuffer
+	}
+	var devs []dev
+	for i := range 2 {
+		cmd := command("dev", "--stdio")
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		c := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, nil)
+		cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatalf("dev %d: connect: %v\nstderr:\n%s", i, err, stderr)
+		}
+		devs = append(devs, dev{cs, stderr})
+	}
+	coords := map[string]bool{}
+	for i, d := range devs {
+		text := fmt.Sprintf("from dev %d", i)
+		res, err := d.cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text}})
+		if err != nil || res.Content[0].(*mcp.TextContent).Text != text {
+			t.Fatalf("dev %d: echo = %v, %v\nstderr:\n%s", i, res, err, d.stderr)
+		}
+		var addr string // printed before MCP is served; the copier may lag
+		poll(t, "the coordinator line", func() bool { addr = lineAfter(d.stderr.String(), "coordinator: "); return addr != "" })
+		if addr == defaultCoordinator {
+			t.Errorf("dev %d: coordinator on %q, want a free port\nstderr:\n%s", i, addr, d.stderr)
+		}
+		coords[addr] = true
+	}
+	if len(coords) != 2 {
+		t.Errorf("the two devs share a coordinator address: %v", coords)
+	}
+	for i, d := range devs {
+		if err := d.cs.Close(); err != nil {
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Errorf("dev %d: close: %v", i, err)
+			}
+		}
+	}
+}
+
+// defaultCoordinator is where `mcpcancel dev` puts its coordinator.
+const defaultCoordinator = "127.0.0.1:7801"
+
+// lineAfter returns the rest of the first line of s starting with prefix.
+func lineAfter(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// syncBuffer is a strings.Builder that a child's stderr copier writes
+// while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -43,7 +43,14 @@ const (
 	VLeakedKey           = "leaked_key"
 	VListedUnknown       = "listed_unknown"
 	VBadRetry            = "bad_retry"
+	VUnanswered          = "unanswered"
+	VProbeLate           = "probe_late"
+	VNotLinearizable     = "not_linearizable"
 )
+
+// outcomeToolError is the audit outcome of a call that completed with the
+// tool's own error (isError): its record says completed.
+const outcomeToolError = "tool_error"
 
 // Terminal call states.
 const (
@@ -58,6 +65,11 @@ const (
 // assumption.
 const progressGrace = 2 * time.Second
 
+// answerBound is how long after a decision a client that did not cancel
+// the call itself may wait for its answer, beyond the lease TTL: issue
+// 14's bound for a worker gone silent (the lease TTL plus 10 s).
+const answerBound = 10 * time.Second
+
 // Check returns every violation in h.
 func Check(h *History) []Violation {
 	var vs []Violation
@@ -69,6 +81,7 @@ func Check(h *History) []Violation {
 			clientOf[s] = c
 		}
 		vs = append(vs, checkClient(c, s)...)
+		vs = append(vs, checkAnswered(h, c, s)...)
 	}
 	ids := make([]string, 0, len(h.Server))
 	for id := range h.Server {
@@ -132,9 +145,12 @@ func checkServer(h *History, s *ServerCall) []Violation {
 	var terminal []string
 	lost := 0
 	for _, a := range s.Audits {
-		if a.Outcome == "cancel_lost" {
+		switch a.Outcome {
+		case "cancel_lost":
 			lost++
-		} else {
+		case outcomeToolError:
+			terminal = append(terminal, stCompleted) // completed, with the tool's own error
+		default:
 			terminal = append(terminal, a.Outcome)
 		}
 	}
@@ -235,7 +251,9 @@ func checkClient(c *ClientCall, s *ServerCall) []Violation {
 		case resp.Kind == "error_result" && strings.Contains(resp.Text, "result was lost"):
 			// The gateway lost the worker's stream after Complete won and
 			// says so: the documented error result for a COMPLETED call.
-		case resp.Kind != "result":
+		case s.toolError() && resp.Kind != "error_result":
+			bad(VResponseMismatch, "call COMPLETED with the tool's own error (audit: tool_error) but the client got %s %q", resp.Kind, resp.Text)
+		case !s.toolError() && resp.Kind != "result":
 			bad(VResponseMismatch, "call COMPLETED but the client got %s %q", resp.Kind, resp.Text)
 		}
 	case stFailed:
@@ -248,15 +266,77 @@ func checkClient(c *ClientCall, s *ServerCall) []Violation {
 			bad(VResponseMismatch, "call FAILED but the client got a result %q", resp.Text)
 		}
 	case stCancelled:
-		timeout := final.Initiator == "timeout"
-		if resp != nil && !(timeout && resp.Kind == "error_result") {
+		// The client's own cancel (or its going away) is never answered;
+		// a cancel by anyone else is answered with an error. "disconnect"
+		// is the client's going away only if it did go: a worker whose
+		// link to the gateway broke cancels as "disconnect" (caller gone)
+		// while the client still waits.
+		byClient := final.Initiator == "client" || (final.Initiator == "disconnect" && !c.ownEnd().IsZero())
+		switch {
+		case resp == nil:
+		case byClient:
 			bad(VResponseAfterCancel, "call CANCELLED (%s) but the client got %s %q", final.Initiator, resp.Kind, resp.Text)
+		case resp.Kind == "result":
+			bad(VResponseMismatch, "call CANCELLED (%s) but the client got a result %q", final.Initiator, resp.Text)
 		}
 		for _, p := range c.Progress {
 			if !final.Settled.IsZero() && p.After(final.Settled.Add(progressGrace)) {
 				bad(VProgressAfterEnd, "progress %v after the cancellation was accepted", p.Sub(final.Settled))
 				break
 			}
+		}
+	}
+	return vs
+}
+
+// checkAnswered checks that a client that did not itself cancel the call
+// (nor close its session, nor lose its connection) is answered: with a
+// response or an error, within the lease TTL plus answerBound of the
+// call's decision, whoever made it; and that a fault's probe is answered
+// and decided within the fault's own bounds.
+func checkAnswered(h *History, c *ClientCall, s *ServerCall) []Violation {
+	var vs []Violation
+	bad := func(kind, format string, args ...any) {
+		vs = append(vs, Violation{Kind: kind, Subject: c.Ref, Client: c, Server: s, Detail: fmt.Sprintf(format, args...)})
+	}
+	var resp *Response
+	if len(c.Responses) > 0 {
+		resp = &c.Responses[0]
+	}
+	own := c.ownEnd()
+	answeredBy := func(due time.Time) bool {
+		return (resp != nil && !resp.At.After(due)) || (!own.IsZero() && own.Before(due))
+	}
+	if !c.AnswerBy.IsZero() && !answeredBy(c.AnswerBy) {
+		bad(VUnanswered, "probe of %s: no answer within its bound (%v after it was sent)", c.Probe, c.AnswerBy.Sub(c.Sent))
+	}
+	if s == nil {
+		if resp == nil && own.IsZero() {
+			bad(VUnanswered, "etcd never held the call, and the client, which did not cancel, got no error")
+		}
+		return vs
+	}
+	final := s.Final()
+	if !c.DecideBy.IsZero() && (final.Settled.IsZero() || final.Settled.After(c.DecideBy)) {
+		bad(VProbeLate, "probe of %s: decided %v after it was sent, past its bound of %v", c.Probe, final.Settled.Sub(c.Sent), c.DecideBy.Sub(c.Sent))
+	}
+	if c.WantResult && final.State == stCompleted && (resp == nil || resp.Kind != "result") {
+		bad(VLostResponse, "probe of %s: the call COMPLETED but its client did not get the result", c.Probe)
+	}
+	if final.State == stRunning || final.Settled.IsZero() {
+		return vs // left_running says it
+	}
+	if resp == nil && own.IsZero() && final.State != stCancelled {
+		return vs // lost_response says it
+	}
+	if due := final.Settled.Add(h.LeaseTTL + answerBound); !answeredBy(due) {
+		switch {
+		case resp != nil:
+			bad(VUnanswered, "the call was %s by %q; the client, which did not cancel, was answered only %v later", final.State, final.Initiator, resp.At.Sub(final.Settled))
+		case !own.IsZero():
+			bad(VUnanswered, "the call was %s by %q; the client, which did not cancel, had no answer when it gave up %v later", final.State, final.Initiator, own.Sub(final.Settled))
+		default:
+			bad(VUnanswered, "the call was %s by %q; the client, which did not cancel, never got an answer", final.State, final.Initiator)
 		}
 	}
 	return vs

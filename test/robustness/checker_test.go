@@ -10,9 +10,10 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-// goodHistory is one completed call, one cancelled call, and one call
-// lost with its worker and completed by its retry, all seen correctly by
-// their clients.
+// goodHistory is one completed call, one cancelled call, one call lost
+// with its worker and completed by its retry, and one cancelled by its
+// worker's drain and answered with an error, all seen correctly by their
+// clients.
 func goodHistory() *History {
 	return &History{
 		LeaseTTL: 2 * time.Second, Slack: time.Second,
@@ -23,6 +24,8 @@ func goodHistory() *History {
 				CancelSent: at(40), Progress: []time.Time{at(20)}},
 			{Ref: "retried", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("3"), Tool: "sleep", Sent: at(0),
 				Progress: []time.Time{at(400)}, Responses: []Response{{At: at(600), Kind: "result", Text: "slept 0.3s"}}},
+			{Ref: "drained", Client: "go-http", Owner: "p1", RequestID: json.RawMessage("4"), Tool: "sleep", Sent: at(0),
+				Responses: []Response{{At: at(310), Kind: "error_result", Text: "the worker shut down"}}},
 		},
 		Server: map[string]*ServerCall{
 			"a": {CallID: "a", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("1"), Deadline: at(5000),
@@ -38,6 +41,9 @@ func goodHistory() *History {
 				Requested: at(300), RetryOf: "c",
 				States: []StateChange{{State: "running", Revision: 8}, {State: "completed", Settled: at(590), Revision: 9}},
 				Audits: []Audit{{Outcome: "completed", Settled: at(590), Key: "k5"}}},
+			"e": {CallID: "e", Principal: "p1", Gateway: "gw0", RequestID: json.RawMessage("4"), Tool: "sleep", Worker: "w2", Deadline: at(5000),
+				States: []StateChange{{State: "running", Revision: 10}, {State: "cancelled", Initiator: "shutdown", Settled: at(300), Revision: 11}},
+				Audits: []Audit{{Outcome: "cancelled", Initiator: "shutdown", Settled: at(300), Key: "k6"}}},
 		},
 		InFlight: map[string]int{"w0": 0},
 		Listed:   map[string][]string{"a": {"completed"}},
@@ -47,6 +53,22 @@ func goodHistory() *History {
 func TestCheckerAcceptsAGoodHistory(t *testing.T) {
 	if vs := Check(goodHistory()); len(vs) != 0 {
 		t.Fatalf("violations in a good history:\n%s", Report(0, vs))
+	}
+	// A tool's own error: the record says completed, the audit tool_error,
+	// and the client has the error result.
+	h := goodHistory()
+	h.Server["a"].Audits[0].Outcome = "tool_error"
+	h.Listed = map[string][]string{"a": {"tool_error"}}
+	h.Client[0].Responses[0].Kind = "error_result"
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("violations for a tool's own error:\n%s", Report(0, vs))
+	}
+	// A worker that lost its link to the gateway cancels as "disconnect"
+	// (caller gone); the client, still there, is answered with an error.
+	h = goodHistory()
+	h.Server["e"].States[1].Initiator, h.Server["e"].Audits[0].Initiator = "disconnect", "disconnect"
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("violations for a live client answered after its caller-gone cancel:\n%s", Report(0, vs))
 	}
 }
 
@@ -105,6 +127,49 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 			h.Client[2].Progress = append(h.Client[2].Progress, at(150))
 		}, VBadRetry},
 		{"retry of no call", func(h *History) { delete(h.Server, "c") }, VBadRetry},
+		{"an answer after the client went away", func(h *History) {
+			h.Server["e"].States[1].Initiator = "disconnect"
+			h.Client[3].Disconnect = at(290)
+		}, VResponseAfterCancel},
+		{"a tool's own error reached the client as a result", func(h *History) {
+			h.Server["a"].Audits[0].Outcome = "tool_error"
+			h.Listed = nil
+		}, VResponseMismatch},
+		{"a result for a call cancelled by a drain", func(h *History) {
+			h.Client[3].Responses = []Response{{At: at(310), Kind: "result", Text: "slept 1s"}}
+		}, VResponseMismatch},
+		{"cancelled by a drain, the client never answered", func(h *History) {
+			h.Client[3].Responses = nil
+		}, VUnanswered},
+		{"cancelled by a drain, the client gave up waiting", func(h *History) {
+			h.Client[3].Responses = nil
+			h.Client[3].CancelSent, h.Client[3].TimedOut = at(300+20000), true
+		}, VUnanswered},
+		{"failed by the janitor, answered only by the gateway's timeout", func(h *History) {
+			s := h.Server["a"]
+			s.States[1].State, s.States[1].Initiator, s.Audits[0].Outcome = "failed", "worker_lost", "failed"
+			h.Listed = nil
+			h.Client[0].Responses = []Response{{At: at(100 + 13000), Kind: "error_result", Text: "timed out"}}
+		}, VUnanswered},
+		{"completed, the client gave up waiting for the result", func(h *History) {
+			h.Client[0].Responses = nil
+			h.Client[0].CancelSent, h.Client[0].TimedOut = at(100+20000), true
+		}, VUnanswered},
+		{"refused at Begin, no error reached the client", func(h *History) {
+			delete(h.Server, "a")
+			h.Listed = nil
+			h.Client[0].Responses = nil
+		}, VUnanswered},
+		{"a fault's probe answered past its bound", func(h *History) {
+			h.Client[3].Probe, h.Client[3].AnswerBy = "drain_worker", at(305)
+		}, VUnanswered},
+		{"a lost Complete reply's probe got the gateway's error, not the result", func(h *History) {
+			h.Client[0].Probe, h.Client[0].WantResult = "lost_complete_reply", true
+			h.Client[0].Responses = []Response{{At: at(110), Kind: "error_result", Text: "the result was lost"}}
+		}, VLostResponse},
+		{"a fault's probe decided past its bound", func(h *History) {
+			h.Client[3].Probe, h.Client[3].DecideBy = "slow_reader", at(250)
+		}, VProbeLate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := goodHistory()

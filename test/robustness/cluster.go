@@ -229,7 +229,7 @@ func (c *Cluster) restartWorker(ctx context.Context, w, gen int) error {
 	p := c.workers[w]
 	p.setArgs("worker", "--demo", "--name", name, "--listen", c.workerAddr[w],
 		"--advertise", c.workerIn[w].Addr(), "--coordinator", strings.Join(coords, ","),
-		"--admin", c.workerAdmin[w], "--drain-timeout", "1s")
+		"--admin", c.workerAdmin[w], "--drain-timeout", drainTimeout.String())
 	if err := p.start(); err != nil {
 		return err
 	}

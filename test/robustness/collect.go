@@ -28,6 +28,7 @@ type collector struct {
 
 type storedCall struct {
 	CallID      string          `json:"call_id"`
+	Scope       string          `json:"scope"`
 	Principal   string          `json:"principal"`
 	RequestID   json.RawMessage `json:"request_id"`
 	Tool        string          `json:"tool"`
@@ -79,7 +80,7 @@ func (co *collector) put(key string, val []byte, rev int64) {
 			return
 		}
 		s := co.callLocked(r.CallID)
-		s.Principal, s.Gateway, s.RequestID, s.Tool, s.Worker = r.Principal, r.Gateway, r.RequestID, r.Tool, r.Worker
+		s.Scope, s.Principal, s.Gateway, s.RequestID, s.Tool, s.Worker = r.Scope, r.Principal, r.Gateway, r.RequestID, r.Tool, r.Worker
 		s.Requested, s.Deadline, s.RetryOf = r.RequestedAt, r.Deadline, r.RetryOf
 		if n := len(s.States); n == 0 || s.States[n-1].State != r.State {
 			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Settled: r.SettledAt, Revision: rev})

@@ -3,8 +3,12 @@
 // 3 workers, HTTP and stdio gateways), drives it with real MCP clients
 // (the Go SDK and the TypeScript SDK scripts in test/clients), injects
 // faults (SIGKILL and restart, SIGSTOP pauses, TCP proxies that drop,
-// delay or blackhole), records every client observation, and checks the
-// history against the audit records and the final etcd state.
+// delay, blackhole or go silent for good, a worker drained mid-call, a
+// client that stops reading, a Complete whose reply is lost), records
+// every client observation, and checks the history against the audit
+// records and the final etcd state. Its operator records coordinator
+// operations of its own under the same faults, and the history is checked
+// for linearizability (package linearize).
 //
 // The checker (Check) is plain code over a History, so tests feed it
 // hand-made bad histories too. Run the long form with

@@ -26,11 +26,14 @@ const (
 )
 
 var faultKinds = []string{FKillWorker, FKillCoordinator, FKillGateway, FKillEtcd, FKillEtcdLeader,
-	FPauseWorker, FPauseCoord, FPartWorkerCoord, FPartGWWorker, FPartCoordEtcd, FDelayWorker, FDropGWWorker}
+	FPauseWorker, FPauseCoord, FPartWorkerCoord, FPartGWWorker, FPartCoordEtcd, FDelayWorker, FDropGWWorker,
+	FSilentWorker, FDrainWorker, FSlowReader, FLostCompleteReply}
 
 // Injector applies one fault at a time, at random, and logs each.
 type Injector struct {
 	c   *Cluster
+	wl  *Workload  // for the probes' clients and their records
+	co  *collector // to find a probe's worker
 	r   *rand.Rand
 	log func(format string, args ...any)
 
@@ -40,8 +43,8 @@ type Injector struct {
 	failures []error
 }
 
-func newInjector(c *Cluster, seed int64, log func(string, ...any)) *Injector {
-	return &Injector{c: c, r: rand.New(rand.NewPCG(uint64(seed), 0xfa17)), log: log, counts: map[string]int{}, gens: make([]int, len(c.workers))}
+func newInjector(c *Cluster, wl *Workload, co *collector, seed int64, log func(string, ...any)) *Injector {
+	return &Injector{c: c, wl: wl, co: co, r: rand.New(rand.NewPCG(uint64(seed), 0xfa17)), log: log, counts: map[string]int{}, gens: make([]int, len(c.workers))}
 }
 
 // Run injects faults every gap (jittered) until ctx ends; each fault is
@@ -85,6 +88,9 @@ func (in *Injector) Failures() []error {
 }
 
 func (in *Injector) inject(ctx context.Context, kind string) error {
+	if ok, err := in.injectSilent(ctx, kind); ok {
+		return err
+	}
 	c, r := in.c, in.r
 	ttl := c.opts.LeaseTTL
 	beyondTTL := ttl*3/2 + time.Duration(r.Int64N(int64(ttl)))
@@ -96,11 +102,7 @@ func (in *Injector) inject(ctx context.Context, kind string) error {
 		in.note(kind, "worker %d", w)
 		c.workers[w].kill()
 		pace(ctx, short)
-		in.mu.Lock()
-		in.gens[w]++
-		gen := in.gens[w]
-		in.mu.Unlock()
-		err = c.restartWorker(ctx, w, gen)
+		err = in.restart(ctx, w)
 	case FKillCoordinator:
 		i := r.IntN(len(c.coords))
 		in.note(kind, "coordinator %d", i)

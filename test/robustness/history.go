@@ -28,10 +28,22 @@ type ClientCall struct {
 	// the call in flight; zero if never.
 	Disconnect time.Time `json:"disconnect,omitzero"`
 	// Broken is when the client's transport failed under it (a gateway
-	// killed or partitioned); zero if never.
-	Broken    time.Time   `json:"broken,omitzero"`
-	Progress  []time.Time `json:"progress,omitempty"`
-	Responses []Response  `json:"responses,omitempty"`
+	// killed or partitioned), or when it stopped reading; zero if never.
+	Broken time.Time `json:"broken,omitzero"`
+	// TimedOut says CancelSent is the client's own timeout, not a cancel
+	// it chose: it gave up waiting.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Probe names the fault a call was made to probe; AnswerBy and
+	// DecideBy, when set, are that fault's bounds: the client holds an
+	// answer, and the call is decided, by then.
+	Probe string `json:"probe,omitempty"`
+	// WantResult says the probe's call, if it completed, must bring its
+	// result, not the gateway's "result was lost" error.
+	WantResult bool        `json:"want_result,omitempty"`
+	AnswerBy   time.Time   `json:"answer_by,omitzero"`
+	DecideBy   time.Time   `json:"decide_by,omitzero"`
+	Progress   []time.Time `json:"progress,omitempty"`
+	Responses  []Response  `json:"responses,omitempty"`
 }
 
 // Response is one response on the wire for a call.
@@ -46,6 +58,7 @@ type Response struct {
 // its record, and every audit record naming it.
 type ServerCall struct {
 	CallID    string          `json:"call_id"`
+	Scope     string          `json:"scope"`
 	Principal string          `json:"principal"`
 	Gateway   string          `json:"gateway"`
 	RequestID json.RawMessage `json:"request_id"`
@@ -72,6 +85,28 @@ type Audit struct {
 	Initiator string    `json:"initiator"`
 	Settled   time.Time `json:"settled_at"`
 	Key       string    `json:"key"`
+}
+
+// ownEnd is when the client itself ended its wait: it cancelled (or timed
+// out), closed its session, or lost its transport; zero if it never did.
+func (c *ClientCall) ownEnd() time.Time {
+	var end time.Time
+	for _, t := range []time.Time{c.CancelSent, c.Disconnect, c.Broken} {
+		if !t.IsZero() && (end.IsZero() || t.Before(end)) {
+			end = t
+		}
+	}
+	return end
+}
+
+// toolError says the call's decision was audited as the tool's own error.
+func (s *ServerCall) toolError() bool {
+	for _, a := range s.Audits {
+		if a.Outcome == outcomeToolError {
+			return true
+		}
+	}
+	return false
 }
 
 // Final returns the call's last stored state.

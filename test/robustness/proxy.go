@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,10 +16,17 @@ const (
 	modeDelay                      // forward every chunk after a delay
 	modeBlackhole                  // accept, hold every byte until healed
 	modeDrop                       // cut every connection, refuse new ones
+	// modeSilent makes every connection open now, or opened until healed,
+	// a silent peer: nothing is forwarded on it ever again, and it is
+	// never closed; both ends must find out for themselves (keepalive).
+	modeSilent
+	// modeSilentReplies does it to one direction only: what the target
+	// sends back (a reply after the request committed) is lost.
+	modeSilentReplies
 )
 
 func (m proxyMode) String() string {
-	return [...]string{"pass", "delay", "blackhole", "drop"}[m]
+	return [...]string{"pass", "delay", "blackhole", "drop", "silent", "silent_replies"}[m]
 }
 
 // Proxy is a TCP proxy on loopback between two components, so a test can
@@ -33,8 +41,25 @@ type Proxy struct {
 	delay   time.Duration
 	changed chan struct{} // closed and replaced on every mode change
 	conns   map[net.Conn]struct{}
+	pairs   map[*pair]struct{}
 	wg      sync.WaitGroup
 	closed  bool
+}
+
+// pair is one proxied connection; a silenced direction stays silent.
+type pair struct {
+	silentOut, silentBack atomic.Bool // toward the target, and back
+}
+
+// silenceLocked silences p as mode m says.
+func (pr *pair) silenceLocked(m proxyMode) {
+	switch m {
+	case modeSilent:
+		pr.silentOut.Store(true)
+		pr.silentBack.Store(true)
+	case modeSilentReplies:
+		pr.silentBack.Store(true)
+	}
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
@@ -43,7 +68,7 @@ func NewProxy(name, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Name: name, lis: lis, target: target, changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Name: name, lis: lis, target: target, changed: make(chan struct{}), conns: map[net.Conn]struct{}{}, pairs: map[*pair]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -63,6 +88,9 @@ func (p *Proxy) Set(m proxyMode, delay time.Duration) {
 		for c := range p.conns {
 			c.Close()
 		}
+	}
+	for pr := range p.pairs {
+		pr.silenceLocked(m)
 	}
 }
 
@@ -117,10 +145,16 @@ func (p *Proxy) serve(c net.Conn) {
 		return
 	}
 	defer p.forget(up)
+	pr := &pair{}
+	p.mu.Lock()
+	pr.silenceLocked(p.mode)
+	p.pairs[pr] = struct{}{}
+	p.mu.Unlock()
+	defer func() { p.mu.Lock(); delete(p.pairs, pr); p.mu.Unlock() }()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(up, c) }()
-	go func() { defer wg.Done(); p.pipe(c, up) }()
+	go func() { defer wg.Done(); p.pipe(up, c, &pr.silentOut) }()
+	go func() { defer wg.Done(); p.pipe(c, up, &pr.silentBack) }()
 	wg.Wait()
 }
 
@@ -142,28 +176,39 @@ func (p *Proxy) forget(c net.Conn) {
 }
 
 // pipe copies src to dst, honouring the mode before every chunk; either
-// side failing closes both.
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
+// side failing closes both. Once silent, it only reads and drops what src
+// sends, closing nothing, until src ends: no FIN or RST reaches dst.
+func (p *Proxy) pipe(dst, src net.Conn, silent *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.gate() {
+		if silent.Load() {
+			if err != nil {
 				return
 			}
+			continue
+		}
+		if n > 0 {
+			if !p.gate() {
+				dst.Close()
+				src.Close()
+				return
+			}
+			if silent.Load() {
+				continue // silenced while it waited
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
+				dst.Close()
+				src.Close()
 				return
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
-			if tc, ok := dst.(*net.TCPConn); ok {
+			if tc, ok := dst.(*net.TCPConn); ok && err == io.EOF {
 				tc.CloseWrite()
 			}
+			dst.Close()
+			src.Close()
 			return
 		}
 	}
@@ -179,6 +224,8 @@ func (p *Proxy) gate() bool {
 		switch {
 		case closed || mode == modeDrop:
 			return false
+		case mode == modeSilent || mode == modeSilentReplies:
+			return true // the pair's own flags silence it
 		case mode == modeBlackhole:
 			<-changed
 		case mode == modeDelay:

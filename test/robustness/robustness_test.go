@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ var (
 	soak     = flag.Duration("soak", 0, "run TestSoak for this long (e.g. 30m); 0 skips it")
 	jsonOut  = flag.String("json", "", "write the run's summary as JSON to this file")
 	seedFlag = flag.Int64("seed", 0, "replay this workload seed (0: a random one, printed)")
+	kinds    = flag.String("faults", "", "run TestFaults with only these fault kinds, comma-separated, each once (e.g. silent_worker,drain_worker)")
 )
 
 // bins holds the binaries, built once by the first test that needs them.
@@ -75,7 +78,7 @@ func TestCluster(t *testing.T) {
 	}
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: fixedSeed, Duration: 90 * time.Second, MaxTime: 170 * time.Second,
-		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 3 * time.Second,
+		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 2 * time.Second,
 		GoHTTP: 10, GoStdio: 2, TS: 2,
 	}, true)
 }
@@ -92,6 +95,28 @@ func TestSoak(t *testing.T) {
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: seed, Duration: *soak, MaxTime: *soak + 10*time.Minute,
 		FaultGap: 6 * time.Second, GoHTTP: 10, GoStdio: 2, TS: 1,
+	}, false)
+}
+
+// TestFaults is a short run of chosen fault kinds, to work on one:
+// go test ./test/robustness -run TestFaults -faults silent_worker,lost_complete_reply
+func TestFaults(t *testing.T) {
+	if *kinds == "" {
+		t.Skip("pass -faults KIND,...")
+	}
+	for _, k := range strings.Split(*kinds, ",") {
+		if !slices.Contains(faultKinds, k) {
+			t.Fatalf("no fault kind %q; there are %v", k, faultKinds)
+		}
+	}
+	faultKinds = strings.Split(*kinds, ",")
+	seed := time.Now().UnixNano()
+	if *seedFlag != 0 {
+		seed = *seedFlag
+	}
+	runAndCheck(t, RunOptions{
+		Seed: seed, FaultSeed: fixedSeed, Duration: 20 * time.Second, MaxTime: 2 * time.Minute,
+		MinFaults: len(faultKinds), FaultGap: 2 * time.Second, GoHTTP: 4, GoStdio: 1,
 	}, false)
 }
 

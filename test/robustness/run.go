@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 )
 
 // RunOptions sizes one robustness run.
@@ -44,6 +46,16 @@ type Summary struct {
 	FaultSeed      int64          `json:"fault_seed"`
 	ByClient       map[string]int `json:"by_client"`
 	WorkloadTime   string         `json:"workload_time"`
+	// Linearizability is the model check of the operator's history.
+	Linearizability linSummary `json:"linearizability"`
+}
+
+type linSummary struct {
+	Operations int    `json:"operations"`
+	Partitions int    `json:"partitions"`
+	Unknown    int    `json:"unknown_outcomes"`
+	CheckTime  string `json:"check_time"`
+	Result     string `json:"result"`
 }
 
 const (
@@ -74,13 +86,19 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	wl := &Workload{c: c, seed: o.Seed, nodeDir: o.NodeDir, tokens: 200000,
 		http: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer wl.http.CloseIdleConnections()
-	in := newInjector(c, o.FaultSeed, o.Log)
+	op, err := newOperator(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer op.close()
+	in := newInjector(c, wl, &co, o.FaultSeed, o.Log)
 
 	start := time.Now()
 	wctx, stopWorkload := context.WithCancel(ctx)
 	fctx, stopFaults := context.WithCancel(ctx)
-	wdone, fdone := make(chan struct{}), make(chan struct{})
+	wdone, fdone, odone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { defer close(wdone); wl.Run(wctx, o.GoHTTP, o.GoStdio, o.TS) }()
+	go func() { defer close(odone); op.run(wctx, o.Seed) }()
 	go func() { defer close(fdone); in.Run(fctx, o.FaultGap) }()
 	waitFor(ctx, o.MaxTime, "workload targets", func() bool {
 		if time.Since(start) < o.Duration {
@@ -93,8 +111,10 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	<-fdone
 	stopWorkload()
 	<-wdone
+	<-odone
 	elapsed := time.Since(start)
 	c.HealAll()
+	op.finish(ctx)
 	o.Log("workload stopped after %v; settling", elapsed.Round(time.Second))
 	for _, err := range in.Failures() {
 		o.Log("fault recovery: %v", err)
@@ -105,10 +125,20 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 		return nil, nil, err
 	}
 	vs := Check(h)
+	lin, err := op.check(h.Server, o.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.Log("%v", lin)
+	if lin.Result != porcupine.Ok {
+		vs = append(vs, Violation{Kind: VNotLinearizable, Subject: "the operator's coordinator history", Detail: lin.String()})
+	}
 	if len(vs) > 0 {
 		dump(o, h, vs)
 	}
 	s := summarize(h, in.Counts(), vs, o.Seed)
+	s.Linearizability = linSummary{Operations: lin.Operations, Partitions: lin.Partitions, Unknown: lin.Unknown,
+		CheckTime: lin.Took.String(), Result: string(lin.Result)}
 	s.FaultSeed = o.FaultSeed
 	s.WorkloadTime = elapsed.Round(time.Second).String()
 	if f := in.Failures(); len(f) > 0 {
@@ -188,7 +218,12 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 			s.Cancels++
 		}
 	}
+	records := 0
 	for _, sc := range h.Server {
+		if sc.Principal == operatorPrincipal {
+			continue // the model check's, not a client's
+		}
+		records++
 		if sc.RetryOf != "" {
 			s.Retried++
 		}
@@ -201,7 +236,7 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 			s.Failed++
 		}
 	}
-	s.Refused = s.Calls - (len(h.Server) - s.Retried)
+	s.Refused = s.Calls - (records - s.Retried)
 	return s
 }
 

@@ -63,7 +63,10 @@ func (wl *Workload) newPlan(r *rand.Rand) plan {
 }
 
 // hardTimeout bounds a call on the client side; expiring is a cancel.
-func (p plan) hardTimeout() time.Duration { return p.expected + 8*time.Second }
+// It is past the gateway's own call timeout, so that a client left without
+// an answer waits long enough for the checker to see it (see
+// checkAnswered), and a call that hangs is answered by the gateway.
+func (p plan) hardTimeout() time.Duration { return callTimeout + 5*time.Second }
 
 func (wl *Workload) nextPrincipal() (token, principal string) {
 	i := wl.principal.Add(1) % int64(wl.tokens)
@@ -266,7 +269,7 @@ func (s *session) call(ctx context.Context, p plan) {
 		switch {
 		case len(c.Responses) > 0, !c.CancelSent.IsZero(), !c.Disconnect.IsZero():
 		case errors.Is(err, context.DeadlineExceeded):
-			c.CancelSent = now // our hard timeout: the SDK cancels
+			c.CancelSent, c.TimedOut = now, true // our hard timeout: the SDK cancels
 		default:
 			c.Broken = now
 			s.broken.Store(true)
@@ -284,7 +287,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 	secs := 0.05 + r.Float64()*0.6
 	args := []string{filepath.Join(wl.nodeDir, script), "--url", wl.c.MCPURL(r.IntN(2)), "--tool", "sleep",
 		"--args", fmt.Sprintf(`{"seconds":%.3f,"steps":%d}`, secs, 1+r.IntN(5)),
-		"--header", "Authorization:Bearer " + token, "--no-list", "--linger-ms", "300", "--timeout-ms", "15000"}
+		"--header", "Authorization:Bearer " + token, "--no-list", "--linger-ms", "300", "--timeout-ms", fmt.Sprint((callTimeout + 5*time.Second).Milliseconds())}
 	if r.IntN(100) < 50 {
 		args = append(args, "--cancel-after-ms", fmt.Sprint(r.IntN(int(secs*1300)+20)))
 	}
@@ -329,7 +332,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 		case ev.Event == "error" && ev.Phase == "call" && c != nil:
 			w.mark(func() {
 				if string(ev.Code) == "-32001" && c.CancelSent.IsZero() {
-					c.CancelSent = now // the SDK's own timeout cancels
+					c.CancelSent, c.TimedOut = now, true // the SDK's own timeout cancels
 				}
 			})
 			callErr = true

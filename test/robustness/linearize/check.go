@@ -1,0 +1,98 @@
+package linearize
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Report is the outcome of one check, with the figures a run prints.
+type Report struct {
+	Operations int           // operations checked (a CancelScope once per key)
+	Partitions int           // call keys
+	Unknown    int           // operations whose outcome was not known
+	Took       time.Duration // the check's own time
+	Result     porcupine.CheckResult
+	// Visualisation is the path of porcupine's HTML rendering of the
+	// history, written when the check failed.
+	Visualisation string
+}
+
+func (r Report) String() string {
+	s := fmt.Sprintf("linearizability: %s: %d operations (%d of unknown outcome) in %d partitions, checked in %v",
+		r.Result, r.Operations, r.Unknown, r.Partitions, r.Took.Round(time.Millisecond))
+	if r.Visualisation != "" {
+		s += "; visualisation in " + r.Visualisation
+	}
+	return s
+}
+
+// Check checks history against the model. When it is not linearizable
+// (or the check ran out of time) and html is not empty, it writes
+// porcupine's visualisation there.
+func Check(o Options, history []porcupine.Operation, timeout time.Duration, html string) (Report, error) {
+	m := Model(o)
+	r := Report{Operations: len(history), Partitions: len(partition(history))}
+	for _, op := range history {
+		if op.Output.(Output).Unknown {
+			r.Unknown++
+		}
+	}
+	began := time.Now()
+	r.Result = porcupine.CheckOperationsTimeout(m, history, timeout)
+	r.Took = time.Since(began)
+	if r.Result == porcupine.Ok || html == "" {
+		return r, nil
+	}
+	// Check again, keeping what the visualisation shows.
+	_, info := porcupine.CheckOperationsVerbose(m, history, timeout)
+	if err := porcupine.VisualizePath(m, info, html); err != nil {
+		return r, fmt.Errorf("linearize: write visualisation: %w", err)
+	}
+	r.Visualisation = html
+	return r, nil
+}
+
+// WriteHistory writes a history as JSON, for ReadHistory to replay.
+func WriteHistory(h []porcupine.Operation, path string) error {
+	type rec struct {
+		Client    int
+		Call, Ret int64
+		In        Input
+		Out       Output
+	}
+	out := make([]rec, len(h))
+	for i, op := range h {
+		out[i] = rec{op.ClientId, op.Call, op.Return, op.Input.(Input), op.Output.(Output)}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// ReadHistory reads what WriteHistory wrote.
+func ReadHistory(path string) ([]porcupine.Operation, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in []struct {
+		Client    int
+		Call, Ret int64
+		In        Input
+		Out       Output
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	h := make([]porcupine.Operation, len(in))
+	for i, r := range in {
+		h[i] = porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Ret, Input: r.In, Output: r.Out}
+	}
+	return h, nil
+}

@@ -1,0 +1,263 @@
+package linearize
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+)
+
+// Recorder records coordinator operations from any number of goroutines
+// and clients, with invocation and response times on one monotonic clock.
+type Recorder struct {
+	start time.Time
+
+	mu     sync.Mutex
+	ops    []porcupine.Operation
+	scopes []scopeOp           // CancelScope calls, projected per key at Check
+	keys   map[string][]string // scope -> keys begun in it
+	owner  map[string]string   // call id -> key, from Begin replies
+	seen   map[string]bool     // keys
+}
+
+type scopeOp struct {
+	scope     string
+	initiator string
+	client    int
+	call, ret int64
+	unknown   bool
+	ids       []string
+}
+
+// NewRecorder starts a recorder; its clock starts now.
+func NewRecorder() *Recorder {
+	return &Recorder{start: time.Now(), keys: map[string][]string{}, owner: map[string]string{}, seen: map[string]bool{}}
+}
+
+func (r *Recorder) now() int64 { return int64(time.Since(r.start)) }
+
+// pending marks the response time of an operation whose outcome is not
+// known; Check moves it past the end of the history.
+const pending = math.MaxInt64
+
+type clientKey struct{}
+
+// WithClient tags the operations issued with ctx as client n's (the row
+// they are drawn on in the visualisation).
+func WithClient(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, clientKey{}, n)
+}
+
+// Interceptor records every Begin, Cancel, Complete, Fail, GetCall and
+// CancelScope that passes through it, as its client sees it.
+func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		in, ok := inputOf(req)
+		if !ok {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		client, _ := ctx.Value(clientKey{}).(int)
+		call := r.now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		ret := r.now()
+		if sc, ok := req.(*pb.CancelScopeRequest); ok {
+			r.addScope(sc, reply.(*pb.CancelScopeResponse), err, client, call, ret)
+			return err
+		}
+		out := outputOf(in, reply, err)
+		if out.Unknown {
+			ret = pending
+		}
+		r.add(in, out, client, call, ret)
+		return err
+	}
+}
+
+func (r *Recorder) add(in Input, out Output, client int, call, ret int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
+	if (in.Op == OpBegin || in.Op == OpRetry) && !r.seen[in.Key] {
+		r.seen[in.Key] = true
+		scope, _, _ := strings.Cut(in.Key, "|")
+		r.keys[scope] = append(r.keys[scope], in.Key)
+	}
+	if out.ID != "" && (in.Op == OpBegin || in.Op == OpRetry) {
+		r.owner[out.ID] = in.Key
+	}
+}
+
+func (r *Recorder) addScope(req *pb.CancelScopeRequest, resp *pb.CancelScopeResponse, err error, client int, call, ret int64) {
+	op := scopeOp{scope: req.GetScope(), initiator: coordinator.InitiatorName(req.GetInitiator()), client: client, call: call, ret: ret}
+	if err != nil {
+		op.unknown, op.ret = true, pending
+	} else {
+		op.ids = resp.GetCallIds()
+	}
+	r.mu.Lock()
+	r.scopes = append(r.scopes, op)
+	r.mu.Unlock()
+}
+
+// Key is a call key as the model names it.
+func Key(k *pb.CallKey) string {
+	id, _ := json.Marshal(requestID(k.GetRequestId()))
+	return k.GetScope() + "|" + string(id)
+}
+
+func requestID(id *pb.RequestId) any {
+	if t, ok := id.GetKind().(*pb.RequestId_Text); ok {
+		return t.Text
+	}
+	return id.GetNumber()
+}
+
+// inputOf maps a request to the model's input; ok is false for the
+// operations the model leaves out.
+func inputOf(req any) (Input, bool) {
+	switch q := req.(type) {
+	case *pb.BeginRequest:
+		if q.GetRetryOf() != "" {
+			return Input{Op: OpRetry, Key: Key(q.GetKey()), ID: q.GetRetryOf()}, true
+		}
+		return Input{Op: OpBegin, Key: Key(q.GetKey())}, true
+	case *pb.CancelRequest:
+		ini := coordinator.InitiatorName(q.GetInitiator())
+		if k := q.GetKey(); k != nil {
+			return Input{Op: OpCancelKey, Key: Key(k), Initiator: ini}, true
+		}
+		return Input{Op: OpCancelRef, ID: q.GetCall().GetCallId(), Initiator: ini}, true
+	case *pb.CompleteRequest:
+		return Input{Op: OpComplete, ID: q.GetCall().GetCallId()}, true
+	case *pb.FailRequest:
+		return Input{Op: OpFail, ID: q.GetCall().GetCallId(), Initiator: coordinator.InitiatorName(q.GetInitiator())}, true
+	case *pb.GetCallRequest:
+		if k := q.GetKey(); k != nil {
+			return Input{Op: OpGetKey, Key: Key(k)}, true
+		}
+		return Input{Op: OpGetID, ID: q.GetCallId()}, true
+	case *pb.CancelScopeRequest:
+		return Input{Op: OpCancelScope}, true
+	}
+	return Input{}, false
+}
+
+// outputOf maps a reply, or an error, to the model's output. An error
+// that does not prove the operation had no effect is an unknown outcome.
+func outputOf(in Input, reply any, err error) Output {
+	if err != nil {
+		return errorOutput(in, err)
+	}
+	switch p := reply.(type) {
+	case *pb.BeginResponse:
+		return Output{ID: p.GetCallId()}
+	case *pb.CancelResponse:
+		return Output{Result: strings.TrimPrefix(p.GetResult().String(), "CANCEL_RESULT_")}
+	case *pb.CompleteResponse:
+		return Output{Result: strings.TrimPrefix(p.GetResult().String(), "SETTLE_RESULT_")}
+	case *pb.FailResponse:
+		return Output{Result: strings.TrimPrefix(p.GetResult().String(), "SETTLE_RESULT_")}
+	case *pb.GetCallResponse:
+		c := p.GetCall()
+		return Output{ID: c.GetCallId(), State: strings.ToLower(strings.TrimPrefix(c.GetState().String(), "CALL_STATE_"))}
+	}
+	return Output{Unknown: true}
+}
+
+func errorOutput(in Input, err error) Output {
+	reason := coordinator.ErrorReason(err)
+	switch code := status.Code(err); {
+	case reason == "DUPLICATE_REQUEST_ID":
+		return Output{Result: RDuplicate}
+	case reason == "NOT_RETRYABLE":
+		return Output{Result: RNotRetryable}
+	case reason == "UNKNOWN_CALL" || (code == codes.NotFound && in.Op != OpBegin && in.Op != OpRetry):
+		return Output{Result: RNotFound}
+	case code == codes.NotFound, code == codes.ResourceExhausted, code == codes.InvalidArgument:
+		// No worker, no capacity, a bad request: nothing was written.
+		return Output{Result: RRefused}
+	case code == codes.FailedPrecondition:
+		return Output{Result: "FAILED_PRECONDITION: " + reason} // fence or owner wrong: the model allows neither
+	}
+	return Output{Unknown: true} // unavailable, deadline, cancelled: it may have committed
+}
+
+// History returns the recorded operations, each CancelScope projected on
+// every key of its scope, and operations of unknown outcome ending after
+// everything else. resolve maps a call id no Begin reply named (one whose
+// reply was lost) to its key; it may be nil.
+func (r *Recorder) History(resolve func(id string) (string, bool)) ([]porcupine.Operation, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keyOf := func(id string) (string, bool) {
+		if k, ok := r.owner[id]; ok {
+			return k, true
+		}
+		if resolve != nil {
+			return resolve(id)
+		}
+		return "", false
+	}
+	var out []porcupine.Operation
+	var end int64
+	for _, op := range r.ops {
+		in := op.Input.(Input)
+		if in.Key == "" {
+			k, ok := keyOf(in.ID)
+			if !ok {
+				return nil, fmt.Errorf("linearize: %s names call %s, which no Begin placed", in.Op, in.ID)
+			}
+			in.Key = k
+			op.Input = in
+		}
+		out = append(out, op)
+		end = max(end, op.Call, notPending(op.Return))
+	}
+	for _, sc := range r.scopes {
+		end = max(end, sc.call, notPending(sc.ret))
+		byKey := map[string]string{}
+		for _, id := range sc.ids {
+			k, ok := keyOf(id)
+			if !ok {
+				return nil, fmt.Errorf("linearize: CancelScope(%s) cancelled call %s, which no Begin placed", sc.scope, id)
+			}
+			byKey[k] = id
+		}
+		for _, k := range r.keys[sc.scope] {
+			o := Output{Unknown: sc.unknown, ID: byKey[k]}
+			in := Input{Op: OpCancelScope, Key: k, Initiator: sc.initiator}
+			out = append(out, porcupine.Operation{ClientId: sc.client, Input: in, Output: o, Call: sc.call, Return: sc.ret})
+		}
+	}
+	for i := range out {
+		if out[i].Return == pending {
+			out[i].Return = end + 1
+		}
+	}
+	return out, nil
+}
+
+func notPending(t int64) int64 {
+	if t == pending {
+		return 0
+	}
+	return t
+}
+
+// Len is how many operations were recorded (a CancelScope counts once).
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ops) + len(r.scopes)
+}

@@ -1,0 +1,184 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/test/robustness/linearize"
+)
+
+// operator is the harness's own coordinator client, for the model check
+// (issue 22): two loops issue Begin, retry Begin, Cancel by key and by
+// reference, Complete and Fail (as the call's worker would), GetCall and
+// CancelScope on scopes of their own, through both coordinators while the
+// faults run, and a client interceptor records every operation as the
+// operator saw it. The gateways and workers are separate processes the
+// harness cannot record from inside; their decisions reach the operator's
+// calls only as the janitor's (a lost worker, a call past its deadline),
+// which the model allows at any moment.
+type operator struct {
+	rec     *linearize.Recorder
+	conns   []*grpc.ClientConn
+	clients []pb.CoordinatorServiceClient
+	keys    []*pb.CallKey
+
+	mu    sync.Mutex
+	calls map[string][]*pb.BeginResponse // by model key, oldest first
+}
+
+// operatorPrincipal owns the operator's calls; the client checks skip
+// them (no MCP client made them).
+const operatorPrincipal = "operator"
+
+func newOperator(c *Cluster) (*operator, error) {
+	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}}
+	for _, a := range c.coordAddr {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithUnaryInterceptor(op.rec.Interceptor()))
+		if err != nil {
+			op.close()
+			return nil, err
+		}
+		op.conns = append(op.conns, cc)
+		op.clients = append(op.clients, pb.NewCoordinatorServiceClient(cc))
+	}
+	for s := range 4 {
+		for i := range 6 {
+			op.keys = append(op.keys, &pb.CallKey{Scope: fmt.Sprintf("conn:operator-%d", s),
+				RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: int64(i)}}})
+		}
+	}
+	return op, nil
+}
+
+func (op *operator) close() {
+	for _, cc := range op.conns {
+		cc.Close()
+	}
+}
+
+// run issues operations until ctx ends, about 50 a second in all.
+func (op *operator) run(ctx context.Context, seed int64) {
+	var wg sync.WaitGroup
+	for n := range 2 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(0x09e7+n)))
+			for ctx.Err() == nil {
+				op.one(linearize.WithClient(context.WithoutCancel(ctx), n), r)
+				pace(ctx, time.Duration(20+r.IntN(40))*time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (op *operator) one(ctx context.Context, r *rand.Rand) {
+	cl := op.clients[r.IntN(len(op.clients))]
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	k := op.keys[r.IntN(len(op.keys))]
+	mk := linearize.Key(k)
+	b := op.pick(r, mk)
+	switch x := r.IntN(100); {
+	case x < 25 || b == nil:
+		op.begin(ctx, cl, mk, op.beginRequest(k, ""))
+	case x < 30:
+		op.begin(ctx, cl, mk, op.beginRequest(k, b.CallId))
+	case x < 45:
+		cl.Cancel(ctx, &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_OPERATOR})
+	case x < 50:
+		cl.Cancel(ctx, &pb.CancelRequest{Target: &pb.CancelRequest_Call{Call: callRef(b)}, Initiator: pb.Initiator_INITIATOR_TIMEOUT})
+	case x < 65:
+		cl.Complete(ctx, &pb.CompleteRequest{Call: callRef(b), StoppedAt: nil})
+	case x < 73:
+		ini := pb.Initiator_INITIATOR_WORKER_LOST
+		if r.IntN(3) == 0 {
+			ini = pb.Initiator_INITIATOR_TOOL
+		}
+		cl.Fail(ctx, &pb.FailRequest{Call: callRef(b), Initiator: ini})
+	case x < 86:
+		cl.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: k}})
+	case x < 96:
+		cl.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: b.CallId}})
+	default:
+		cl.CancelScope(ctx, &pb.CancelScopeRequest{Scope: k.Scope, Initiator: pb.Initiator_INITIATOR_OPERATOR})
+	}
+}
+
+// finish cancels every call the operator left running (recorded like
+// the rest), so that settling does not wait for their deadlines.
+func (op *operator) finish(ctx context.Context) {
+	for _, k := range op.keys {
+		for try := 0; try < 5 && ctx.Err() == nil; try++ {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err := op.clients[try%len(op.clients)].Cancel(cctx, &pb.CancelRequest{
+				Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_OPERATOR})
+			cancel()
+			if err == nil {
+				break
+			}
+		}
+	}
+}
+
+func (op *operator) beginRequest(k *pb.CallKey, retryOf string) *pb.BeginRequest {
+	return &pb.BeginRequest{Key: k, Tool: "sleep", Principal: operatorPrincipal, Gateway: operatorPrincipal,
+		RetryOf: retryOf, Timeout: durationpb.New(callTimeout)}
+}
+
+func (op *operator) begin(ctx context.Context, cl pb.CoordinatorServiceClient, mk string, req *pb.BeginRequest) {
+	if b, err := cl.Begin(ctx, req); err == nil {
+		op.mu.Lock()
+		op.calls[mk] = append(op.calls[mk], b)
+		op.mu.Unlock()
+	}
+}
+
+func callRef(b *pb.BeginResponse) *pb.CallRef {
+	return &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}
+}
+
+// pick returns a call placed under the key (mostly the latest), or nil.
+func (op *operator) pick(r *rand.Rand, mk string) *pb.BeginResponse {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	cs := op.calls[mk]
+	switch {
+	case len(cs) == 0:
+		return nil
+	case r.IntN(5) == 0:
+		return cs[r.IntN(len(cs))]
+	}
+	return cs[len(cs)-1]
+}
+
+// check model-checks the operator's history. A call id no Begin reply
+// named is placed under its key from what etcd held (only to place the
+// operations that name it). The visualisation, on failure, goes to dir.
+func (op *operator) check(server map[string]*ServerCall, dir string) (linearize.Report, error) {
+	h, err := op.rec.History(func(id string) (string, bool) {
+		s := server[id]
+		if s == nil {
+			return "", false
+		}
+		return s.Scope + "|" + compactID(s.RequestID), true
+	})
+	if err != nil {
+		return linearize.Report{}, err
+	}
+	r, err := linearize.Check(linearize.Options{Janitor: true, Retention: true}, h, 2*time.Minute, filepath.Join(dir, "linearizability.html"))
+	if err == nil && r.Result != porcupine.Ok {
+		err = linearize.WriteHistory(h, filepath.Join(dir, "linearizability.json"))
+	}
+	return r, err
+}
