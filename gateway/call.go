@@ -278,8 +278,11 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
+	heard, endWatch := c.watchQuiet(begun, stop)
+	defer endWatch()
 	for {
 		ev, err := stream.Recv()
+		heard()
 		if err != nil {
 			if c.settled() || g.base.Err() != nil {
 				return "" // we closed the stream after a cancel won, or are shutting down

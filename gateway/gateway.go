@@ -68,6 +68,11 @@ type Options struct {
 	// ExecuteGrace is how long past a call's deadline its Execute stream
 	// may last before the gateway gives up on the worker (default 15s).
 	ExecuteGrace time.Duration
+	// ProbeInterval is how long a call's Execute stream may be quiet
+	// before the gateway asks the coordinator whether the call was decided
+	// without its worker (a silent worker's call failed by the janitor);
+	// default 5s. One read per quiet call per interval.
+	ProbeInterval time.Duration
 	// WorkerDialOptions add to the plaintext default for Execute.
 	WorkerDialOptions []grpc.DialOption
 	// Version is reported as serverInfo.version.
@@ -126,6 +131,9 @@ func New(opts Options) *Gateway {
 	}
 	if opts.ExecuteGrace == 0 {
 		opts.ExecuteGrace = 15 * time.Second
+	}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = 5 * time.Second
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
