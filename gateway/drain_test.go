@@ -52,12 +52,7 @@ func TestDrainedWorkerAnswersItsClient(t *testing.T) {
 // startCallSeen is startCall with a progress token, closing seen at the
 // first progress notification.
 func startCallSeen(t *testing.T, url, session string, id any, tool string, args any, token string, seen chan<- struct{}) <-chan streamResult {
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
-		"params": map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{"progressToken": token}}})
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", session)
+	req := callRequest(t, url, "", session, id, tool, args, token)
 	out := make(chan streamResult, 1)
 	go func() { // owned: the test reads out
 		resp, err := http.DefaultClient.Do(req)

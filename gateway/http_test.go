@@ -52,6 +52,22 @@ func startCall(t *testing.T, url, session string, id any, tool string, args any,
 
 // startCallAs is startCall with a bearer token, if not empty.
 func startCallAs(t *testing.T, url, bearer, session string, id any, tool string, args any, token any) <-chan streamResult {
+	req := callRequest(t, url, bearer, session, id, tool, args, token)
+	out := make(chan streamResult, 1)
+	go func() { // owned: the test reads out
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- streamResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		out <- streamResult{msgs: readSSE(resp.Body)}
+	}()
+	return out
+}
+
+// callRequest is the POST of a tools/call in a 2025 session.
+func callRequest(t *testing.T, url, bearer, session string, id any, tool string, args any, token any) *http.Request {
 	params := map[string]any{"name": tool, "arguments": args}
 	if token != nil {
 		params["_meta"] = map[string]any{"progressToken": token}
@@ -64,17 +80,7 @@ func startCallAs(t *testing.T, url, bearer, session string, id any, tool string,
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	out := make(chan streamResult, 1)
-	go func() { // owned: the test reads out
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			out <- streamResult{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		out <- streamResult{msgs: readSSE(resp.Body)}
-	}()
-	return out
+	return req
 }
 
 func readSSE(r io.Reader) []map[string]any {
