@@ -14,7 +14,10 @@ import (
 // another replica may decide a call too, but nothing on a silent stream
 // says so. When the call was cancelled or failed, end stops the stream,
 // and the lost-worker path settles what the client is told (an error, or
-// a retry elsewhere). heard notes a message on the
+// a retry elsewhere). A completed call's result is on its way (the worker
+// sends it once it learns its completion won, which may take a retry when
+// a reply was lost), so it gets half an interval more; if nothing comes,
+// the client is told its result was lost, while the record still says so. heard notes a message on the
 // stream; end stops the watch and waits for it.
 func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (heard, stop func()) {
 	g := c.s.g
@@ -24,16 +27,27 @@ func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (hear
 	wg.Go(func() {
 		t := time.NewTimer(g.opts.ProbeInterval)
 		defer t.Stop()
+		completed := false // seen COMPLETED with no message since
 		for {
 			select {
 			case <-done:
 				return
 			case <-events:
+				completed = false
 				t.Reset(g.opts.ProbeInterval)
 			case <-t.C:
-				if c.endedWithoutResult(begun.GetCallId()) {
+				switch c.stateOf(begun.GetCallId()) {
+				case pb.CallState_CALL_STATE_CANCELLED, pb.CallState_CALL_STATE_FAILED:
 					end()
 					return
+				case pb.CallState_CALL_STATE_COMPLETED:
+					if completed {
+						end() // its result did not come: it was lost on the way
+						return
+					}
+					completed = true
+					t.Reset(g.opts.ProbeInterval / 2)
+					continue
 				}
 				t.Reset(g.opts.ProbeInterval)
 			}
@@ -52,19 +66,15 @@ func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (hear
 // that does not answer (paused, partitioned) must not delay the next one.
 const probeTimeout = 2 * time.Second
 
-// endedWithoutResult says whether the coordinator has the call cancelled or
-// failed. A completed call's result is on its way: the worker sends it
-// once it learns its completion won, which may take it a few retries when
-// a reply was lost, so the stream stays open for it (its deadline still
-// bounds it). When the coordinator cannot be asked, the call runs on.
-func (c *call) endedWithoutResult(callID string) bool {
+// stateOf is the call's state at the coordinator; RUNNING when it cannot
+// be asked, so the call runs on.
+func (c *call) stateOf(callID string) pb.CallState {
 	g := c.s.g
 	ctx, cancel := context.WithTimeout(g.base, probeTimeout)
 	defer cancel()
 	got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: callID}})
 	if err != nil {
-		return false
+		return pb.CallState_CALL_STATE_RUNNING
 	}
-	st := got.GetCall().GetState()
-	return st == pb.CallState_CALL_STATE_CANCELLED || st == pb.CallState_CALL_STATE_FAILED
+	return got.GetCall().GetState()
 }
