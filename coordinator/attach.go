@@ -172,17 +172,24 @@ func (s *Server) firstMessage(stream pb.CoordinatorService_AttachServer) (*pb.At
 }
 
 func (s *Server) serveAttachment(ctx context.Context, stream pb.CoordinatorService_AttachServer, a *attachment) error {
+	leaseDone := a.lease.Done()
 	for {
 		select {
 		case m := <-a.out:
 			if err := stream.Send(m); err != nil {
 				return err
 			}
-		case <-a.lease.Done():
+		case <-leaseDone:
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return a.lease.Err()
+			if err := a.lease.Err(); err != nil {
+				return err
+			}
+			// Orphaned by a Detach, which revokes the lease next: the
+			// receiver ends the stream once it has, so the worker's
+			// leaving is complete when its stream ends.
+			leaseDone = nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
