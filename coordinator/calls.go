@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
@@ -32,7 +33,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 	rec := &callRecord{
 		Scope:       req.GetKey().GetScope(),
 		Principal:   req.GetPrincipal(),
-		RequestID:   requestIDJSON(req.GetKey().GetRequestId()),
+		RequestID:   client.RequestIDJSON(req.GetKey().GetRequestId()),
 		Tool:        req.GetTool(),
 		Gateway:     req.GetGateway(),
 		State:       stateRunning,

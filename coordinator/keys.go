@@ -3,7 +3,6 @@ package coordinator
 import (
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -90,19 +89,6 @@ func requestKey(id *pb.RequestId) string {
 		return "s:" + base64.RawURLEncoding.EncodeToString([]byte(t.Text))
 	}
 	return "n:" + strconv.FormatInt(id.GetNumber(), 10)
-}
-
-// requestIDJSON renders a request id as the client sent it, as JSON
-// (not Go quoting: a control character must come out as \u0001).
-func requestIDJSON(id *pb.RequestId) []byte {
-	if t, ok := id.GetKind().(*pb.RequestId_Text); ok {
-		b, err := json.Marshal(t.Text)
-		if err != nil {
-			panic(err) // a Go string always encodes
-		}
-		return b
-	}
-	return strconv.AppendInt(nil, id.GetNumber(), 10)
 }
 
 func validateCallKey(key *pb.CallKey) error {

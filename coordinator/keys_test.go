@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
@@ -14,7 +15,7 @@ func FuzzRequestIDJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		id := &pb.RequestId{Kind: &pb.RequestId_Text{Text: s}}
-		raw := requestIDJSON(id)
+		raw := client.RequestIDJSON(id)
 		var back string
 		if err := json.Unmarshal(raw, &back); err != nil {
 			t.Fatalf("%q renders as invalid JSON %s: %v", s, raw, err)

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
@@ -147,7 +147,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 	a := &AuditRecord{
 		CallID: p.GetCallId(), Scope: p.GetScope(), Principal: p.GetPrincipal(),
-		RequestID: requestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
+		RequestID: client.RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
 		RetryOf: p.GetRetryOf(),
@@ -159,15 +159,10 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 	return a
 }
 
+// requestIDFromJSON reads a request id the coordinator itself stored.
 func requestIDFromJSON(raw json.RawMessage) *pb.RequestId {
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return &pb.RequestId{Kind: &pb.RequestId_Text{Text: s}}
-		}
-	}
-	n, _ := strconv.ParseInt(string(raw), 10, 64)
-	return &pb.RequestId{Kind: &pb.RequestId_Number{Number: n}}
+	id, _ := client.ParseRequestID(raw) // stored from a valid id, so it parses
+	return id
 }
 
 func ts(t time.Time) *timestamppb.Timestamp {

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
@@ -80,10 +80,11 @@ func (t *callTrace) key() (*pb.CallKey, bool) {
 	if scope == "" && t.callSession != "" && t.callSession == t.session {
 		scope = t.sessionScope
 	}
-	if scope == "" || len(t.id) == 0 {
+	id, err := client.ParseRequestID(t.id)
+	if scope == "" || err != nil {
 		return nil, false
 	}
-	return &pb.CallKey{Scope: scope, RequestId: requestID(t.id)}, true
+	return &pb.CallKey{Scope: scope, RequestId: id}, true
 }
 
 // waitCancelDelivered waits, a while at most, until the cancellation of a
@@ -102,16 +103,6 @@ func (t *callTrace) waitCancelDelivered() {
 	case <-t.cancelDone:
 	case <-timer.C:
 	}
-}
-
-// requestID is a JSON-RPC id in the coordinator's form.
-func requestID(raw json.RawMessage) *pb.RequestId {
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
-		return &pb.RequestId{Kind: &pb.RequestId_Text{Text: text}}
-	}
-	n, _ := strconv.ParseInt(string(raw), 10, 64)
-	return &pb.RequestId{Kind: &pb.RequestId_Number{Number: n}}
 }
 
 // traceRoundTripper feeds a callTrace from the HTTP requests of a session.
