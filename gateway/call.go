@@ -94,6 +94,9 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	}
 	defer s.unregister(c)
 	c.run(p)
+	// The response is on the wire before the call counts as done, so a
+	// shutdown that waits for calls closes no stream ahead of an answer.
+	reply.flush()
 	c.mu.Lock()
 	outcome := c.outcome
 	c.mu.Unlock()

@@ -430,6 +430,10 @@ func (j *jsonSink) send(msg []byte) bool {
 
 func (j *jsonSink) sendLatest(string, []byte) bool { return false }
 
+// flush does nothing: the handler writes the response once the request
+// returns.
+func (j *jsonSink) flush() {}
+
 // writeTo writes the response, if there is one, within timeout; it
 // reports whether there was.
 func (j *jsonSink) writeTo(w http.ResponseWriter, timeout time.Duration) bool {

@@ -185,6 +185,8 @@ type listenSink struct {
 
 func (l *listenSink) send(msg []byte) bool { return l.out.send(tagSubscription(msg, l.id)) }
 
+func (l *listenSink) flush() { l.out.flush() }
+
 func (l *listenSink) sendLatest(key string, msg []byte) bool {
 	return l.out.sendLatest(key, tagSubscription(msg, l.id))
 }

@@ -45,6 +45,8 @@ func (f *listenFanout) send(msg []byte) bool {
 
 func (f *listenFanout) sendLatest(key string, msg []byte) bool { return f.base.sendLatest(key, msg) }
 
+func (f *listenFanout) flush() { f.base.flush() }
+
 func isToolsChanged(msg []byte) bool {
 	var m struct {
 		Method string `json:"method"`

@@ -46,6 +46,9 @@ type outbox struct {
 	watch *time.Timer   // cuts the client off when a write passes its deadline
 
 	mu      sync.Mutex
+	moved   *sync.Cond // signalled when a batch is written or the client cut off
+	added   int        // messages ever queued (coalescing replaces, not adds)
+	written int        // messages written
 	queue   [][]byte
 	keys    map[string]int // coalescing key → index in queue
 	queued  int            // bytes in queue
@@ -69,6 +72,7 @@ func newOutbox(w streamWriter, timeout time.Duration, limit int) *outbox {
 		o.mu.Unlock()
 	})
 	o.watch.Stop()
+	o.moved = sync.NewCond(&o.mu)
 	go o.run() // owned: close waits for it
 	return o
 }
@@ -97,6 +101,7 @@ func (o *outbox) sendLatest(key string, msg []byte) bool {
 	}
 	o.queue = append(o.queue, msg)
 	o.queued += len(msg)
+	o.added++
 	o.poke()
 	return true
 }
@@ -117,6 +122,7 @@ func (o *outbox) cutLocked(cause error) {
 	o.queue, o.queued = nil, 0
 	clear(o.keys)
 	close(o.cut)
+	o.moved.Broadcast()
 	o.poke()
 }
 
@@ -148,12 +154,16 @@ func (o *outbox) run() {
 		if batch == nil {
 			return
 		}
-		if err := o.writeBounded(batch); err != nil {
-			o.mu.Lock()
+		err := o.writeBounded(batch)
+		o.mu.Lock()
+		if err != nil {
 			o.cutLocked(err)
 			o.mu.Unlock()
 			return
 		}
+		o.written += len(batch)
+		o.moved.Broadcast()
+		o.mu.Unlock()
 	}
 }
 
@@ -171,6 +181,16 @@ func (o *outbox) writeBounded(batch [][]byte) error {
 		return err
 	}
 	return nil
+}
+
+// flush waits until what was queued so far is written, or the client was
+// cut off (each write has its deadline, so this is bounded).
+func (o *outbox) flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for target := o.added; o.written < target && !o.broken; {
+		o.moved.Wait()
+	}
 }
 
 // close writes what is queued and stops. It returns once the writer is

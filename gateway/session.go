@@ -20,6 +20,8 @@ import (
 type sink interface {
 	send(msg []byte) bool
 	sendLatest(key string, msg []byte) bool
+	// flush returns once what was queued is written, or cannot be.
+	flush()
 }
 
 // session is one scope: a stdio connection, a 2025 HTTP session, or a

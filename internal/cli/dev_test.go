@@ -110,7 +110,11 @@ func TestDevShutdownWithCallsInFlight(t *testing.T) {
 	coordAddr := p.waitLine(t, "coordinator: ")
 	url := p.waitLine(t, "mcp: ")
 	c := mcp.NewClient(&mcp.Implementation{Name: "dev-test", Version: "1"}, nil)
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	// No standalone GET stream: with MaxRetries -1 the SDK fails every
+	// pending call as soon as that stream ends at shutdown, even when the
+	// call's answer has already arrived on its own POST stream, which is
+	// what this test reads.
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, DisableStandaloneSSE: true}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
 	}
