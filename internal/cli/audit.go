@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 )
 
@@ -156,7 +156,7 @@ func (o *auditFlags) sinceTime(now time.Time) *timestamppb.Timestamp {
 func (o *auditFlags) matches(r *pb.AuditRecord, since *timestamppb.Timestamp) bool {
 	return strings.HasPrefix(r.GetCallId(), strings.ToLower(o.call)) &&
 		(o.principal == "" || r.GetPrincipal() == o.principal) &&
-		(o.initiator == "" || coordinator.InitiatorName(r.GetInitiator()) == o.initiator) &&
+		(o.initiator == "" || client.InitiatorName(r.GetInitiator()) == o.initiator) &&
 		(o.method == "" || recordMethod(r) == o.method) &&
 		(o.tool == "" || r.GetTool() == o.tool) &&
 		(o.outcome == "" || r.GetOutcome() == o.outcome) &&
@@ -370,7 +370,7 @@ func newAuditPrinter(out io.Writer, asJSON, fixed bool) *auditPrinter {
 }
 
 func (p *auditPrinter) print(r *pb.AuditRecord) error {
-	a := coordinator.AuditFromProto(r)
+	a := client.AuditFromProto(r)
 	if !p.json {
 		p.row(auditRow(a))
 		return nil
@@ -400,7 +400,7 @@ func (p *auditPrinter) flush() error {
 }
 
 // auditRow is a record's table row; an empty cell shows as "-".
-func auditRow(a *coordinator.AuditRecord) []string {
+func auditRow(a *client.AuditRecord) []string {
 	cells := []string{
 		a.SettledAt.Local().Format(settledLayout),
 		a.Outcome,
@@ -422,7 +422,7 @@ func auditRow(a *coordinator.AuditRecord) []string {
 // stopDelay is how long after the decision the handler returned, "-" while
 // that is not known. It is negative when the handler returned first, as a
 // completing one does.
-func stopDelay(a *coordinator.AuditRecord) string {
+func stopDelay(a *client.AuditRecord) string {
 	if a.StoppedAt == nil {
 		return "-"
 	}

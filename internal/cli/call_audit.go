@@ -15,8 +15,6 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
-	"github.com/mcpcancel/mcpcancel/gateway"
 )
 
 // After a cancellation, call waits at most cancelDeliveryWait for the
@@ -125,7 +123,7 @@ func (r *traceRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		if s := resp.Header.Get(headerSession); s != "" {
 			session = s // the answer to initialize
 		}
-		r.trace.sawResponse(msg.Method, session, resp.Header.Get(gateway.HeaderScope))
+		r.trace.sawResponse(msg.Method, session, resp.Header.Get(client.HeaderScope))
 	}
 	if msg.Method == "notifications/cancelled" {
 		r.trace.sawCancel()
@@ -203,7 +201,7 @@ func (o *callFlags) cancelled(ctx context.Context, s streams, trace *callTrace) 
 	}
 	key, ok := trace.key()
 	if !ok {
-		fmt.Fprintf(s.stderr, "mcpcancel call: no audit lookup: the server did not name the call's scope (%s) before it was cancelled\n", gateway.HeaderScope)
+		fmt.Fprintf(s.stderr, "mcpcancel call: no audit lookup: the server did not name the call's scope (%s) before it was cancelled\n", client.HeaderScope)
 		return exitCancelled, nil
 	}
 	recs, err := o.readAudit(context.WithoutCancel(ctx), key)
@@ -220,7 +218,7 @@ func (o *callFlags) cancelled(ctx context.Context, s streams, trace *callTrace) 
 // its decision is recorded with the time its handler stopped, or what
 // there is after auditWait. No records and no error: the coordinator
 // never heard of the call.
-func (o *callFlags) readAudit(ctx context.Context, key *pb.CallKey) ([]*coordinator.AuditRecord, error) {
+func (o *callFlags) readAudit(ctx context.Context, key *pb.CallKey) ([]*client.AuditRecord, error) {
 	conn, err := dialCoordinator(o.coordinator, o.tls)
 	if err != nil {
 		return nil, err
@@ -231,7 +229,7 @@ func (o *callFlags) readAudit(ctx context.Context, key *pb.CallKey) ([]*coordina
 	defer cancel()
 	tick := time.NewTicker(auditPoll)
 	defer tick.Stop()
-	var last []*coordinator.AuditRecord
+	var last []*client.AuditRecord
 	for {
 		recs, err := r.read(ctx)
 		switch {
@@ -260,10 +258,10 @@ type auditReader struct {
 
 // read returns the call's records so far: none while the coordinator has
 // not heard of the call.
-func (r *auditReader) read(ctx context.Context) ([]*coordinator.AuditRecord, error) {
+func (r *auditReader) read(ctx context.Context) ([]*client.AuditRecord, error) {
 	if r.callID == "" {
 		resp, err := r.c.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: r.key}})
-		if coordinator.ErrorReason(err) == "UNKNOWN_CALL" {
+		if client.Is(err, client.ErrUnknownCall) {
 			return nil, nil
 		}
 		if err != nil {
@@ -274,21 +272,21 @@ func (r *auditReader) read(ctx context.Context) ([]*coordinator.AuditRecord, err
 	return listCallAudit(ctx, r.c, r.callID)
 }
 
-func listCallAudit(ctx context.Context, c pb.CoordinatorServiceClient, callID string) ([]*coordinator.AuditRecord, error) {
+func listCallAudit(ctx context.Context, c pb.CoordinatorServiceClient, callID string) ([]*client.AuditRecord, error) {
 	resp, err := c.ListAudit(ctx, &pb.ListAuditRequest{CallId: callID})
 	if err != nil {
 		return nil, err
 	}
-	var recs []*coordinator.AuditRecord
+	var recs []*client.AuditRecord
 	for _, r := range resp.GetRecords() {
-		recs = append(recs, coordinator.AuditFromProto(r))
+		recs = append(recs, client.AuditFromProto(r))
 	}
 	return recs, nil
 }
 
 // stopped says whether recs hold the call's decision, with the time its
 // handler stopped.
-func stopped(recs []*coordinator.AuditRecord) bool {
+func stopped(recs []*client.AuditRecord) bool {
 	for _, r := range recs {
 		if r.Outcome != "cancel_lost" && r.StoppedAt != nil {
 			return true
@@ -297,7 +295,7 @@ func stopped(recs []*coordinator.AuditRecord) bool {
 	return false
 }
 
-func (o *callFlags) printAudit(s streams, recs []*coordinator.AuditRecord) error {
+func (o *callFlags) printAudit(s streams, recs []*client.AuditRecord) error {
 	if len(recs) == 0 {
 		fmt.Fprintln(s.stderr, "mcpcancel call: the audit has no record of the call (it was cancelled before the coordinator heard of it)")
 		return nil
@@ -319,7 +317,7 @@ func (o *callFlags) printAudit(s streams, recs []*coordinator.AuditRecord) error
 // auditLine is an audit record for people: `audit: cancelled by client
 // (reason "context canceled") settled 2026-...; handler stopped 12ms later
 // on worker dev-worker; call 3f9c2a1b`.
-func auditLine(r *coordinator.AuditRecord) string {
+func auditLine(r *client.AuditRecord) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "audit: %s", r.Outcome)
 	if r.Initiator != "" {
@@ -341,7 +339,7 @@ func auditLine(r *coordinator.AuditRecord) string {
 }
 
 // handlerStop says when the handler returned, relative to the decision.
-func handlerStop(r *coordinator.AuditRecord) string {
+func handlerStop(r *client.AuditRecord) string {
 	switch {
 	case r.StoppedAt == nil:
 		return "handler not yet known to have stopped"

@@ -8,8 +8,8 @@ import (
 	"os/user"
 	"strings"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 )
 
@@ -100,7 +100,7 @@ func ended(r *pb.OperatorCancelResponse) string {
 	if what == "" {
 		what = r.GetResult().String()
 	}
-	if who := coordinator.InitiatorName(r.GetWinnerInitiator()); who != "" {
+	if who := client.InitiatorName(r.GetWinnerInitiator()); who != "" {
 		what += " (" + who
 		if r.GetWinnerReason() != "" {
 			what += ": " + r.GetWinnerReason()
