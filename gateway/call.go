@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -211,7 +212,8 @@ func (c *call) beginFailed(err error, tool string) {
 func (c *call) failLostBegin() {
 	g := c.s.g
 	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
-	for wait := 100 * time.Millisecond; wait <= time.Second; wait *= 2 {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+	for range 4 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
 		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
 		if err == nil {
@@ -229,11 +231,7 @@ func (c *call) failLostBegin() {
 		if err == nil || client.Is(err, client.ErrUnknownCall) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-g.base.Done():
-			t.Stop()
+		if retry.Wait(g.base) != nil {
 			return
 		}
 	}

@@ -8,8 +8,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +26,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // detachTimeout bounds the wait for the coordinator to revoke the lease.
@@ -127,7 +126,7 @@ var _ pb.WorkerServiceServer = (*Worker)(nil)
 func New(opts Options) *Worker {
 	if opts.Name == "" {
 		host, _ := os.Hostname()
-		opts.Name = sanitizeName(host) + "-" + randomHex(4)
+		opts.Name = sanitizeName(host) + "-" + randid.New(4)
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 30 * time.Second
@@ -326,12 +325,6 @@ func (w *Worker) Close() error {
 	stop()
 	<-w.runDone
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func sanitizeName(s string) string {
