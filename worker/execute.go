@@ -410,13 +410,26 @@ func (w *Worker) settle(ctx context.Context, rpc func(context.Context) error) er
 		// Each attempt has its own deadline: a reply lost on the way back
 		// must not hold the call until settleTimeout, when a retry would be
 		// recognised as the decision that already won.
+		gen := w.conn.Gen()
 		actx, acancel := context.WithTimeout(ctx, settleAttemptTimeout)
 		err := rpc(actx)
+		unanswered := actx.Err() != nil && ctx.Err() == nil // its own deadline passed
 		acancel()
 		if err == nil {
 			return nil
 		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		switch c := status.Code(err); {
+		case c == codes.DeadlineExceeded && unanswered:
+			// A commit takes milliseconds: a link that answers nothing in
+			// this long has likely lost its replies, and every retry on it
+			// would wait as long until keepalive gives up (15 s). Retry
+			// on fresh sockets; the retry of a decision that won is
+			// recognised as won.
+			w.redial(gen, errors.New("a settle attempt went unanswered"))
+		case c == codes.Unavailable, c == codes.DeadlineExceeded:
+		case c == codes.Canceled && ctx.Err() == nil:
+			// Cut off by a redial, here or by another call's settle.
+		default:
 			w.log.Error("settling call", "err", err)
 			return status.Errorf(codes.Internal, "could not settle the call: %v", status.Convert(err).Message())
 		}
