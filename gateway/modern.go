@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -228,5 +229,71 @@ func listenResult(id jsonrpc.ID) map[string]any {
 	return map[string]any{
 		"resultType": "complete",
 		"_meta":      map[string]any{metaSubscriptionID: rawJSON(id)},
+	}
+}
+
+// postModern serves a 2026-07-28 POST: no session; the request is its own
+// scope, and closing its response stream cancels it.
+func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
+	if m.Kind != jsonrpc.KindRequest {
+		w.WriteHeader(http.StatusAccepted) // no client notifications in this revision; nothing to do
+		return
+	}
+	if e := h.g.checkHeaders(r, m); e != nil {
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
+		return
+	}
+	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
+	s.modern = true
+	if e, status := s.precheck(r.Context(), m); e != nil {
+		writeErrorResponse(w, status, m.ID, true, e)
+		return
+	}
+	w.Header().Set(HeaderScope, s.scope)
+	if m.Method == "subscriptions/listen" {
+		h.listen(w, r, s, m)
+		return
+	}
+	if m.Method != "tools/call" || !acceptsSSE(r) {
+		out := &jsonSink{notFound: true}
+		s.handle(r.Context(), m, out)
+		out.writeTo(w, h.g.opts.WriteTimeout)
+		return
+	}
+	out := h.g.newSSE(w)
+	defer out.close()
+	s.handleOnStream(r.Context(), m, out, true)
+}
+
+// listen serves 2026-07-28's subscriptions/listen: a long-lived stream
+// carrying the change notifications the client opted in to. The gateway
+// has one kind to offer, notifications/tools/list_changed.
+func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
+	var p struct {
+		Notifications struct {
+			ToolsListChanged bool `json:"toolsListChanged"`
+		} `json:"notifications"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params"))
+		return
+	}
+	out := h.g.newSSE(w)
+	defer out.close()
+	tagged := &listenSink{out: out, id: rawJSON(m.ID)}
+	granted := map[string]any{}
+	if p.Notifications.ToolsListChanged {
+		granted["toolsListChanged"] = true
+	}
+	tagged.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
+	if p.Notifications.ToolsListChanged {
+		s.setNotifier(tagged)
+		defer s.setNotifier(nil)
+	}
+	select {
+	case <-r.Context().Done():
+	case <-out.cut:
+	case <-h.g.base.Done():
+		out.send(jsonrpc.Response(m.ID, listenResult(m.ID)))
 	}
 }

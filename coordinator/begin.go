@@ -1,0 +1,239 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/mcpcancel/mcpcancel/api/client"
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
+// Begin implements CoordinatorService.Begin.
+func (s *Server) Begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResponse, error) {
+	resp, err := s.begin(ctx, req)
+	return resp, toStatus(err)
+}
+
+func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResponse, error) {
+	if err := validateBegin(req); err != nil {
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	rec := &callRecord{
+		Scope:       req.GetKey().GetScope(),
+		Principal:   req.GetPrincipal(),
+		RequestID:   client.RequestIDJSON(req.GetKey().GetRequestId()),
+		Tool:        req.GetTool(),
+		Gateway:     req.GetGateway(),
+		State:       stateRunning,
+		RequestedAt: now,
+		Deadline:    now.Add(s.timeout(req)),
+	}
+	idx := s.keys.index(req.GetKey())
+	var reuse int64 // the index revision to overwrite, when the id was used before
+	var lost string // for a retry, the worker the call was lost with
+	if req.GetRetryOf() != "" {
+		prior, rev, err := s.retryable(ctx, req, idx)
+		if err != nil {
+			return nil, err
+		}
+		// The retry never outlives the call the client made.
+		if prior.Deadline.Before(rec.Deadline) {
+			rec.Deadline = prior.Deadline
+		}
+		rec.RetryOf, reuse, lost = prior.CallID, rev, prior.Worker
+	}
+	for range 5 {
+		w, err := s.view.pick(rec.Tool, lost)
+		if errors.Is(err, ErrUnknownTool) {
+			// A worker that just attached, perhaps to another replica, may
+			// not have reached this replica's watch yet: look once more.
+			if err = s.view.refreshWorkers(ctx); err == nil {
+				w, err = s.view.pick(rec.Tool, lost)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		rec.CallID, rec.Worker = randomID(), w.name
+		fence, err := s.beginTxn(ctx, rec, idx, w, reuse)
+		switch {
+		case err == nil:
+			s.view.addOwner(w.name, rec.CallID)
+			s.running.add(rec, idx, fence)
+			return &pb.BeginResponse{
+				CallId: rec.CallID, Fence: fence, Worker: w.name,
+				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
+				Timeout:    durationpb.New(rec.Deadline.Sub(rec.RequestedAt)),
+				Idempotent: w.tools[rec.Tool].Idempotent,
+			}, nil
+		case errors.As(err, new(*indexTaken)) && lost != "":
+			return nil, fmt.Errorf("%w: request id %s was used again meanwhile", ErrNotRetryable, rec.RequestID)
+		case errors.As(err, new(*indexTaken)):
+			if reuse, err = s.reusable(ctx, err.(*indexTaken).kv); err != nil {
+				return nil, err
+			}
+		case errors.Is(err, errWorkerGone):
+			s.view.forgetWorker(w.name, w.createRev)
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: the call could not be placed after several tries", ErrNoCapacity)
+}
+
+// retryable checks that req may retry the call it names: the call its key
+// names now, failed because its worker was lost, not a retry itself, and
+// not past its deadline. It returns that call and the index revision the
+// retry replaces, so that a retry placed twice at once commits only once.
+func (s *Server) retryable(ctx context.Context, req *pb.BeginRequest, idx string) (*callRecord, int64, error) {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(idx), clientv3.OpGet(s.keys.call(req.GetRetryOf()))).Commit()
+	if err != nil {
+		return nil, 0, etcdErr(ctx, "read the call to retry", err)
+	}
+	ikv, ckv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(ikv) == 0 || len(ckv) == 0 {
+		return nil, 0, fmt.Errorf("%w: no call %s under this key", ErrNotRetryable, req.GetRetryOf())
+	}
+	begun, err := decode[callRecord]("index", ikv[0].Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	prior, err := decode[callRecord]("call", ckv[0].Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case begun.CallID != prior.CallID:
+		return nil, 0, fmt.Errorf("%w: call %s is not this key's latest", ErrNotRetryable, prior.CallID)
+	case prior.Principal != req.GetPrincipal() || prior.Tool != req.GetTool():
+		return nil, 0, fmt.Errorf("%w: call %s was another principal's or tool's", ErrNotRetryable, prior.CallID)
+	case prior.State != stateFailed:
+		return nil, 0, fmt.Errorf("%w: call %s is %s; only a call failed with its worker lost is retried", ErrNotRetryable, prior.CallID, prior.State)
+	case prior.Initiator != InitiatorName(pb.Initiator_INITIATOR_WORKER_LOST):
+		return nil, 0, fmt.Errorf("%w: call %s failed by %s; only a call failed with its worker lost is retried", ErrNotRetryable, prior.CallID, prior.Initiator)
+	case prior.RetryOf != "":
+		return nil, 0, fmt.Errorf("%w: call %s is already a retry", ErrNotRetryable, prior.CallID)
+	case !prior.Deadline.After(s.now()):
+		return nil, 0, fmt.Errorf("%w: call %s is past its deadline", ErrNotRetryable, prior.CallID)
+	}
+	return prior, ikv[0].ModRevision, nil
+}
+
+func validateBegin(req *pb.BeginRequest) error {
+	if err := validateCallKey(req.GetKey()); err != nil {
+		return err
+	}
+	if err := validateToolName(req.GetTool()); err != nil {
+		return err
+	}
+	if len(req.GetPrincipal()) > MaxNameBytes*2 || len(req.GetGateway()) > MaxNameBytes {
+		return invalid("principal or gateway name too long")
+	}
+	if req.GetTimeout() != nil && req.GetTimeout().AsDuration() < 0 {
+		return invalid("timeout must not be negative")
+	}
+	if id := req.GetRetryOf(); id != "" && !validCallID(id) {
+		return invalid("retry_of is not a call id")
+	}
+	return nil
+}
+
+func (s *Server) timeout(req *pb.BeginRequest) time.Duration {
+	d := req.GetTimeout().AsDuration()
+	if d <= 0 {
+		d = s.opts.DefaultTimeout
+	}
+	return min(d, s.opts.MaxTimeout)
+}
+
+var errWorkerGone = errors.New("coordinator: picked worker is gone")
+
+type indexTaken struct{ kv *mvccpb.KeyValue }
+
+func (e *indexTaken) Error() string { return "coordinator: request id already used in this scope" }
+
+// beginTxn creates the call record, the index entry and the owner key in one
+// transaction, if the worker is still the one we saw and the index entry is
+// free (or still the settled call we are replacing). It returns the fence.
+func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *workerEntry, reuse int64) (int64, error) {
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	wk := s.keys.worker(w.name)
+	closed := s.keys.sessionClosed(rec.Scope)
+	begun := encode(rec)
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
+		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
+		// A session closed on another replica takes no new calls.
+		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
+	).Then(
+		clientv3.OpPut(s.keys.call(rec.CallID), begun, clientv3.WithLease(lease)),
+		// The index holds the record as begun, so a cancel resolves it
+		// in one read; the fence (its revision) proves it still current.
+		clientv3.OpPut(idx, begun, clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.runningOf(rec), begun, clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
+	).Else(
+		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
+		clientv3.OpGet(idx),
+		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.retention.forget(lease)
+		}
+		return 0, etcdErr(ctx, "begin", err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	wkv, ikv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
+		return 0, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
+	}
+	if len(wkv) == 0 || wkv[0].CreateRevision != w.createRev {
+		return 0, errWorkerGone
+	}
+	if len(ikv) > 0 {
+		return 0, &indexTaken{ikv[0]}
+	}
+	return 0, errWorkerGone // index moved under us; retry
+}
+
+// reusable checks that the call an index entry points at has settled, so
+// the client may reuse its request id, and returns the entry's revision.
+func (s *Server) reusable(ctx context.Context, idx *mvccpb.KeyValue) (int64, error) {
+	begun, err := decode[callRecord]("index", idx.Value)
+	if err != nil {
+		return 0, err
+	}
+	rec, _, err := s.getCall(ctx, begun.CallID)
+	if errors.Is(err, ErrUnknownCall) {
+		return idx.ModRevision, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if rec.State == stateRunning {
+		return 0, ErrDuplicate
+	}
+	return idx.ModRevision, nil
+}
