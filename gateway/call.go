@@ -253,6 +253,10 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	c.mu.Lock()
 	c.stopExec = stop
 	c.mu.Unlock()
+	// Watched from before the stream opens: a fresh connection to a worker
+	// gone silent never completes its handshake, and Execute waits for it.
+	heard, endWatch := c.watchQuiet(begun, stop)
+	defer endWatch()
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
@@ -261,8 +265,6 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
-	heard, endWatch := c.watchQuiet(begun, stop)
-	defer endWatch()
 	for {
 		ev, err := stream.Recv()
 		heard()

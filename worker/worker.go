@@ -109,6 +109,7 @@ type Worker struct {
 
 	ctrl    *control
 	metrics *metrics
+	conn    *dial.Conn // redialled when found half-dead (see redial)
 	coord   pb.CoordinatorServiceClient
 	closed  chan struct{}
 	stop    context.CancelFunc
@@ -225,11 +226,12 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	if w.opts.Advertise == "" {
 		w.opts.Advertise = lis.Addr().String()
 	}
-	conn, err := dial.New(w.opts.Coordinator, w.opts.DialOptions...)
+	conn, err := dial.Open(w.opts.Coordinator, w.opts.DialOptions...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	w.conn = conn
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
 	srv := grpcserver.New(w.log, w.metrics.reg, grpcserver.Keepalive{}, w.opts.ServerOptions...)
