@@ -63,6 +63,7 @@ type Server struct {
 	running   *runningCalls
 	retention *retention
 	stops     *stopBatcher
+	commits   *committer
 	attached  *attachments
 	metrics   *metrics
 	health    *healthState
@@ -93,6 +94,7 @@ func New(opts Options) *Server {
 	s.running = newRunningCalls()
 	s.retention = &retention{s: s}
 	s.stops = newStopBatcher(s)
+	s.commits = newCommitter(opts.Client, opts.OpTimeout)
 	s.metrics = newMetrics(s)
 	return s
 }
@@ -143,6 +145,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
+	g.Go(func() error { return s.commits.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })
 	g.Go(func() error { return s.runExpiry(ctx) })
 	g.Go(func() error { return s.runHealth(ctx) })
