@@ -289,7 +289,7 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kvs[0].Key), encode(a), clientv3.WithIgnoreLease()))
 	}
-	tresp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	tresp, err := s.commits.Txn(octx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return etcdErr(octx, "record stops", err)
 	}

@@ -180,7 +180,7 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
 	begun := encode(rec)
-	resp, err := s.cli.Txn(ctx).If(
+	resp, err := s.commits.Txn(ctx).If( // with concurrent calls' decisions
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 		// A session closed on another replica takes no new calls.

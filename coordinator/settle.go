@@ -153,7 +153,7 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	guard, ops := s.decide(rec, kv, d, s.now(), lease)
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(guard).Then(ops...).Else(
+	resp, err := s.commits.Txn(ctx).If(guard).Then(ops...).Else( // with concurrent calls' decisions
 		clientv3.OpGet(string(kv.Key)),
 	).Commit()
 	if err != nil {
@@ -191,7 +191,7 @@ func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 	lost.Initiator, lost.Reason = d.initiator, d.reason
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(
+	resp, err := s.commits.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
 	).Then(
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithIgnoreLease()),
