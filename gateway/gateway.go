@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // ErrClosed means the gateway is shutting down.
@@ -294,7 +295,7 @@ func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
 	if c := g.workers[addr]; c != nil {
 		return pb.NewWorkerServiceClient(c), nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option()}, g.opts.WorkerDialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option(), telemetry.DialOption()}, g.opts.WorkerDialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

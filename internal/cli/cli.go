@@ -100,6 +100,11 @@ func run(ctx context.Context, s streams, args []string) int {
 		usage(s.stderr)
 		return exitUsage
 	}
+	stopTelemetry, err := startTelemetry(ctx, s, name)
+	if err != nil {
+		return exitStatus(s.stderr, name, err)
+	}
+	defer stopTelemetry()
 	return exitStatus(s.stderr, name, c.run(ctx, s, args[1:]))
 }
 
