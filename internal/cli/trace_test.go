@@ -169,6 +169,10 @@ func TestTraceOfCancelledCall(t *testing.T) {
 	if rec.GetTraceId() != clientTraceID {
 		t.Errorf("audit record trace_id = %q, want the client's %s", rec.GetTraceId(), clientTraceID)
 	}
+	out, err := command("audit", "list", "--json", "--coordinator", coordAddr, "--outcome", "cancelled").Output()
+	if err != nil || !strings.Contains(string(out), `"trace_id":"`+clientTraceID+`"`) {
+		t.Errorf("audit list --json = %s, %v; want the record's trace_id %s", out, err, clientTraceID)
+	}
 	cs.Close()
 	p.signal(t, syscall.SIGTERM) // the spans still queued are flushed at exit
 	if code := p.exitCode(t); code != 0 {
