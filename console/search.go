@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 )
 
 // Choices the search form offers.
@@ -45,7 +45,7 @@ func parseQuery(r *http.Request) query {
 func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
 	req := &pb.ListAuditRequest{
 		Tool: q.Tool, Outcome: q.Outcome, Principal: q.Principal, Method: q.Method,
-		Initiator: initiatorValue(q.Initiator), CallIdPrefix: q.Call,
+		Initiator: client.InitiatorFromName(q.Initiator), CallIdPrefix: q.Call,
 	}
 	if q.Since != "" {
 		d, err := time.ParseDuration(q.Since)
@@ -60,21 +60,10 @@ func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
 	return req, nil
 }
 
-// initiatorValue is the initiator an audit spelling names, or
-// unspecified for none.
-func initiatorValue(name string) pb.Initiator {
-	for v := range pb.Initiator_name {
-		if i := pb.Initiator(v); name != "" && coordinator.InitiatorName(i) == name {
-			return i
-		}
-	}
-	return pb.Initiator_INITIATOR_UNSPECIFIED
-}
-
 func (q query) matches(r *pb.AuditRecord) bool {
 	return strings.HasPrefix(r.GetCallId(), q.Call) &&
 		(q.Method == "" || recordMethod(r) == q.Method) &&
-		(q.Initiator == "" || coordinator.InitiatorName(r.GetInitiator()) == q.Initiator) &&
+		(q.Initiator == "" || client.InitiatorName(r.GetInitiator()) == q.Initiator) &&
 		(q.Principal == "" || r.GetPrincipal() == q.Principal)
 }
 
@@ -173,7 +162,7 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	var decided *pb.AuditRecord
 	for _, rec := range recs {
 		if rec.GetOutcome() == "cancel_lost" {
-			steps = append(steps, step{"cancel asked (too late)", tsPtr(rec.GetSettledAt()), "by " + coordinator.InitiatorName(rec.GetInitiator()) + ": " + orDash(rec.GetReason())})
+			steps = append(steps, step{"cancel asked (too late)", tsPtr(rec.GetSettledAt()), "by " + client.InitiatorName(rec.GetInitiator()) + ": " + orDash(rec.GetReason())})
 			continue
 		}
 		decided = rec
@@ -181,7 +170,7 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	if decided == nil {
 		return append(steps, step{"decided", nil, "not yet: the call is running"})
 	}
-	who := coordinator.InitiatorName(decided.GetInitiator())
+	who := client.InitiatorName(decided.GetInitiator())
 	if decided.GetOutcome() == "cancelled" {
 		steps = append(steps, step{"cancel asked", nil, "by " + who + "; the coordinator records no time apart from the decision"})
 	}
