@@ -87,16 +87,13 @@ func Setup(ctx context.Context, opts Options) (shutdown func() error, err error)
 		export = sdktrace.WithSyncer(exp)
 	}
 	tp := sdktrace.NewTracerProvider(export, sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(Propagator())
-	enabled.Store(true)
+	uninstall := Install(tp)
 	var once atomic.Bool
 	return func() error {
 		if !once.CompareAndSwap(false, true) {
 			return nil
 		}
-		enabled.Store(false)
-		otel.SetTracerProvider(noop.NewTracerProvider())
+		uninstall()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
 		defer cancel()
 		if err := tp.Shutdown(sctx); err != nil {
@@ -104,6 +101,20 @@ func Setup(ctx context.Context, opts Options) (shutdown func() error, err error)
 		}
 		return nil
 	}, nil
+}
+
+// Install makes tp this process's tracer provider, with the W3C
+// propagators, as Setup does; for tests and benchmarks that bring their
+// own provider. The returned func uninstalls it (it does not shut tp
+// down).
+func Install(tp trace.TracerProvider) (uninstall func()) {
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(Propagator())
+	enabled.Store(true)
+	return func() {
+		enabled.Store(false)
+		otel.SetTracerProvider(noop.NewTracerProvider())
+	}
 }
 
 // exporterName is the traces exporter the environment names, and whether
