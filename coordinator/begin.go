@@ -15,6 +15,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // Begin implements CoordinatorService.Begin.
@@ -40,6 +41,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		State:       stateRunning,
 		RequestedAt: now,
 		Deadline:    now.Add(s.timeout(req)),
+		TraceID:     telemetry.TraceID(ctx),
 	}
 	idx := s.keys.index(req.GetKey())
 	var reuse int64 // the index revision to overwrite, when the id was used before
@@ -73,6 +75,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		case err == nil:
 			s.view.addOwner(w.name, rec.CallID)
 			s.running.add(rec, idx, fence)
+			tracePlacement(ctx, rec)
 			return &pb.BeginResponse{
 				CallId: rec.CallID, Fence: fence, Worker: w.name,
 				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),

@@ -41,6 +41,7 @@ type callRecord struct {
 	AuditKey    string          `json:"audit_key,omitempty"`
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	TraceID     string          `json:"trace_id,omitempty"`
 }
 
 // AuditRecord is one audited decision in its export form; the API's
@@ -61,6 +62,7 @@ func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time
 		Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
 		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
+		TraceID: r.TraceID,
 	}
 }
 
@@ -92,6 +94,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		Deadline:    ts(r.Deadline),
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
+		TraceId:     r.TraceID,
 	}
 }
 

@@ -99,6 +99,12 @@ var lostTo = map[string]settled{
 // cancellation writes the one cancel_lost record. An owner's decision
 // found already made is its own retried one, and won.
 func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (verdict, error) {
+	v, err := s.settleOnce(ctx, rec, kv, d)
+	traceDecision(ctx, rec, d, v, err) // trace.go
+	return v, err
+}
+
+func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (verdict, error) {
 	for range 3 {
 		if rec.State != stateRunning {
 			if d.madeBy(rec) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -30,6 +31,7 @@ type call struct {
 	modern   bool            // 2026-07-28: results say resultType
 	logLevel string          // 2026-07-28: the request's own log level; none means no logs
 	scopes   []string        // the scopes the caller's token granted, for the handler
+	span     trace.Span      // the request's span, nil when not traced (trace.go)
 
 	mu       sync.Mutex
 	state    int
@@ -66,7 +68,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
 		return
 	}
-	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
+	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes, span: requestSpan(ctx)}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -86,11 +88,12 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	if outcome != "" {
 		s.g.metrics.call(p.Name, outcome)
 	}
+	observeOutcome(ctx, outcome)
 }
 
 func (c *call) run(p callParams) {
 	g := c.s.g
-	ctx, cancel := context.WithTimeout(g.base, g.opts.CallTimeout)
+	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
@@ -100,6 +103,7 @@ func (c *call) run(p callParams) {
 		c.beginFailed(err, p.Name)
 		return
 	}
+	c.placed(begun)
 	// The coordinator may grant less time than asked (it caps deadlines).
 	timeout := begun.GetTimeout().AsDuration()
 	c.mu.Lock()
@@ -150,7 +154,7 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	if !ok {
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(g.base, deadline)
+	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
@@ -214,7 +218,7 @@ func (c *call) failLostBegin() {
 	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
 	for range 4 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
 		if err == nil {
 			call := got.GetCall()
@@ -248,7 +252,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	}
 	// The stream is bounded: a worker that goes silent past the call's
 	// deadline (and the cancel that the deadline sends) is lost.
-	ctx, stop := context.WithDeadline(g.base, begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
+	ctx, stop := context.WithDeadline(c.traced(g.base), begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
 	defer stop()
 	c.mu.Lock()
 	c.stopExec = stop
@@ -316,7 +320,7 @@ const workerLost = "the worker running this call was lost"
 func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
 		Call:      &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker()},

@@ -24,6 +24,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // ErrClosed means the gateway is shutting down.
@@ -288,7 +289,7 @@ func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
 	if c := g.workers[addr]; c != nil {
 		return pb.NewWorkerServiceClient(c), nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option()}, g.opts.WorkerDialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option(), telemetry.DialOption()}, g.opts.WorkerDialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

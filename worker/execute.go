@@ -89,8 +89,10 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		e.markCancelled()
 		close(cancelSeen)
 	})
-	res, herr := runHandler(ctx, reg.handler, call)
+	hctx, span := startHandlerSpan(ctx, req) // trace.go
+	res, herr := runHandler(hctx, reg.handler, call)
 	stoppedAt := time.Now()
+	endHandlerSpan(ctx, span, res, herr, stoppedAt)
 	if !stopWatch() { // the context was cancelled; its callback has started
 		<-cancelSeen
 		w.metrics.stopped(e.cancelledAt(), stoppedAt)

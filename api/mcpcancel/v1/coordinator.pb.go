@@ -1932,8 +1932,18 @@ type ListAuditRequest struct {
 	Tool    string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	Outcome string                 `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// At most this many records (default 100, maximum 1000).
-	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only records of calls by this principal.
+	Principal string `protobuf:"bytes,40,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Only records decided by this initiator (cancel_lost: who asked).
+	Initiator Initiator `protobuf:"varint,41,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	// Only records of calls of this MCP method, e.g. "tools/call".
+	Method string `protobuf:"bytes,42,opt,name=method,proto3" json:"method,omitempty"`
+	// Only records of calls whose id starts with this (lower-case hex).
+	CallIdPrefix string `protobuf:"bytes,43,opt,name=call_id_prefix,json=callIdPrefix,proto3" json:"call_id_prefix,omitempty"`
+	// Only records settled before this time.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=until,proto3" json:"until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2008,6 +2018,41 @@ func (x *ListAuditRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListAuditRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *ListAuditRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetCallIdPrefix() string {
+	if x != nil {
+		return x.CallIdPrefix
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
 }
 
 type ListAuditResponse struct {
@@ -2833,7 +2878,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03keyB\b\n" +
 	"\x06target\"9\n" +
 	"\x0fGetCallResponse\x12&\n" +
-	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\xc7\x01\n" +
+	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\x8c\x03\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
@@ -2841,7 +2886,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tprincipal\x18( \x01(\tR\tprincipal\x125\n" +
+	"\tinitiator\x18) \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
+	"\x06method\x18* \x01(\tR\x06method\x12$\n" +
+	"\x0ecall_id_prefix\x18+ \x01(\tR\fcallIdPrefix\x120\n" +
+	"\x05until\x18, \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"p\n" +
 	"\x11ListAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.mcpcancel.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
@@ -3027,50 +3077,52 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	43, // 38: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
 	49, // 39: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
 	45, // 40: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 41: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	45, // 42: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 43: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	47, // 44: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	46, // 45: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 46: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	36, // 47: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	44, // 48: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 49: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 50: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 51: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 52: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 53: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 54: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	21, // 55: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	24, // 56: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	26, // 57: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	28, // 58: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	30, // 59: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	32, // 60: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	34, // 61: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	37, // 62: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	39, // 63: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	41, // 64: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 65: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 66: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 67: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 68: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 69: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 70: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 71: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 72: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 73: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 74: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 75: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 76: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 77: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 78: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 79: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	65, // [65:80] is the sub-list for method output_type
-	50, // [50:65] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	46, // 41: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 42: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	50, // 43: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	45, // 44: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 45: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	47, // 46: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	46, // 47: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 48: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	36, // 49: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	44, // 50: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 51: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 52: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 53: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 54: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 55: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 56: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	21, // 57: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	24, // 58: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	26, // 59: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	28, // 60: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	30, // 61: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	32, // 62: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	34, // 63: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	37, // 64: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	39, // 65: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	41, // 66: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 67: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 68: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 69: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 70: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 71: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 73: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 74: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 75: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 77: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 78: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 79: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 80: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 81: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	67, // [67:82] is the sub-list for method output_type
+	52, // [52:67] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }

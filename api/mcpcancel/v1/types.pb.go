@@ -403,7 +403,10 @@ type Call struct {
 	Deadline    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	SettledAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=settled_at,json=settledAt,proto3" json:"settled_at,omitempty"`
 	// The call this one retries: it failed when its worker was lost.
-	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The W3C trace id (32 hex digits) of the trace the call ran in, when
+	// its gateway passed trace context; empty otherwise.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +539,13 @@ func (x *Call) GetRetryOf() string {
 	return ""
 }
 
+func (x *Call) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 // AuditRecord is one audited decision. Its JSON form (snake_case field
 // names, request_id as the client sent it) is the export format.
 type AuditRecord struct {
@@ -557,7 +567,9 @@ type AuditRecord struct {
 	// When the tool's handler really returned; unset until the worker says.
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The call this one retries, if it is a retry.
-	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +702,13 @@ func (x *AuditRecord) GetRetryOf() string {
 	return ""
 }
 
+func (x *AuditRecord) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -712,7 +731,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\x8d\x04\n" +
+	"idempotent\"\xa8\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -729,7 +748,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf\"\x91\x04\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\xac\x04\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -748,7 +768,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"settled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x129\n" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf*\x8a\x01\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +
