@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 )
 
 const (
@@ -200,14 +201,15 @@ func (b *stopBatcher) run(ctx context.Context) error {
 		// A batch that cannot be written (etcd unavailable) is kept and
 		// retried with the reports that arrive meanwhile: dropping it would
 		// leave its owner keys, and stop orders, behind until the worker dies.
-		for wait := stopFlushDelay; ; wait = min(2*wait, 5*time.Second) {
+		retry := backoff.Backoff{Min: stopFlushDelay, Max: 5 * time.Second}
+		for {
 			batch = b.fill(ctx, batch)
 			err := b.flush(ctx, batch)
 			if err == nil || ctx.Err() != nil {
 				break
 			}
 			b.s.log.Warn("recording handler stops; will retry", "n", len(batch), "err", err)
-			if backoff(ctx, wait) != nil {
+			if retry.Wait(ctx) != nil {
 				break
 			}
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
@@ -68,7 +69,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		if err != nil {
 			return nil, err
 		}
-		rec.CallID, rec.Worker = randomID(), w.name
+		rec.CallID, rec.Worker = randid.New(16), w.name
 		fence, err := s.beginTxn(ctx, rec, idx, w, reuse)
 		switch {
 		case err == nil:

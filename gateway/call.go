@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -215,7 +216,8 @@ func (c *call) beginFailed(err error, tool string) {
 func (c *call) failLostBegin() {
 	g := c.s.g
 	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
-	for wait := 100 * time.Millisecond; wait <= time.Second; wait *= 2 {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+	for range 4 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
 		if err == nil {
@@ -233,11 +235,7 @@ func (c *call) failLostBegin() {
 		if err == nil || client.Is(err, client.ErrUnknownCall) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-g.base.Done():
-			t.Stop()
+		if retry.Wait(g.base) != nil {
 			return
 		}
 	}
@@ -259,6 +257,10 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	c.mu.Lock()
 	c.stopExec = stop
 	c.mu.Unlock()
+	// Watched from before the stream opens: a fresh connection to a worker
+	// gone silent never completes its handshake, and Execute waits for it.
+	heard, endWatch := c.watchQuiet(begun, stop)
+	defer endWatch()
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
@@ -267,8 +269,6 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
-	heard, endWatch := c.watchQuiet(begun, stop)
-	defer endWatch()
 	for {
 		ev, err := stream.Recv()
 		heard()

@@ -1299,6 +1299,7 @@ type AttachResponse struct {
 	//
 	//	*AttachResponse_Attached
 	//	*AttachResponse_Stop
+	//	*AttachResponse_Heartbeat
 	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1359,6 +1360,15 @@ func (x *AttachResponse) GetStop() *StopCall {
 	return nil
 }
 
+func (x *AttachResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isAttachResponse_Msg interface {
 	isAttachResponse_Msg()
 }
@@ -1371,9 +1381,18 @@ type AttachResponse_Stop struct {
 	Stop *StopCall `protobuf:"bytes,2,opt,name=stop,proto3,oneof"`
 }
 
+type AttachResponse_Heartbeat struct {
+	// The answer to each of the worker's heartbeats. A worker that stops
+	// hearing them while it sends knows its link is half-dead (replies
+	// lost, stop orders with them) and reconnects on a fresh one.
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*AttachResponse_Attached) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Stop) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Heartbeat) isAttachResponse_Msg() {}
 
 type Attached struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1387,8 +1406,10 @@ type Attached struct {
 	// How often the worker must send something (a Heartbeat when it has
 	// nothing else) for its lease to be kept alive.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The coordinator answers every Heartbeat with one of its own.
+	EchoesHeartbeats bool `protobuf:"varint,6,opt,name=echoes_heartbeats,json=echoesHeartbeats,proto3" json:"echoes_heartbeats,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Attached) Reset() {
@@ -1454,6 +1475,13 @@ func (x *Attached) GetHeartbeatInterval() *durationpb.Duration {
 		return x.HeartbeatInterval
 	}
 	return nil
+}
+
+func (x *Attached) GetEchoesHeartbeats() bool {
+	if x != nil {
+		return x.EchoesHeartbeats
+	}
+	return false
 }
 
 // StopCall orders the worker to stop a call that was settled without it.
@@ -2813,17 +2841,19 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06Detach\"\v\n" +
 	"\tHeartbeat\"8\n" +
 	"\fToolsChanged\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"{\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"\xb4\x01\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
-	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stopB\x05\n" +
-	"\x03msg\"\xe3\x01\n" +
+	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\x03msg\"\x90\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
-	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xa1\x01\n" +
+	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12+\n" +
+	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
@@ -3036,62 +3066,63 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	47, // 27: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
 	19, // 28: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
 	20, // 29: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	44, // 30: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 31: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	48, // 32: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	46, // 33: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	23, // 34: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	47, // 35: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	47, // 36: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	43, // 37: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	49, // 38: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	45, // 39: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	46, // 40: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 41: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	50, // 42: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	45, // 43: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 44: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	47, // 45: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	46, // 46: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 47: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	36, // 48: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	44, // 49: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 50: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 51: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 52: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 53: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 54: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 55: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	21, // 56: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	24, // 57: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	26, // 58: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	28, // 59: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	30, // 60: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	32, // 61: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	34, // 62: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	37, // 63: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	39, // 64: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	41, // 65: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 66: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 67: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 68: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 69: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 70: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 71: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 72: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 73: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 74: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 75: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 76: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 77: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 78: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 79: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 80: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	66, // [66:81] is the sub-list for method output_type
-	51, // [51:66] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	16, // 30: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	44, // 31: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 32: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	48, // 33: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	46, // 34: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	23, // 35: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	47, // 36: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	47, // 37: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	43, // 38: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	49, // 39: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	45, // 40: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	46, // 41: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 42: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	50, // 43: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	45, // 44: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 45: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	47, // 46: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	46, // 47: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 48: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	36, // 49: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	44, // 50: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 51: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 52: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 53: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 54: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 55: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 56: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	21, // 57: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	24, // 58: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	26, // 59: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	28, // 60: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	30, // 61: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	32, // 62: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	34, // 63: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	37, // 64: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	39, // 65: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	41, // 66: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 67: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 68: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 69: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 70: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 71: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 73: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 74: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 75: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 77: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 78: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 79: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 80: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 81: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	67, // [67:82] is the sub-list for method output_type
+	52, // [52:67] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3115,6 +3146,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
+		(*AttachResponse_Heartbeat)(nil),
 	}
 	file_mcpcancel_v1_coordinator_proto_msgTypes[24].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
