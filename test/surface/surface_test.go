@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,7 +27,12 @@ import (
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if f := os.Getenv(slowServerEnv); f != "" {
+		os.Exit(runSlowServer(f)) // the fronted server of a test
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // system is etcd, a coordinator, a gateway and one worker.
 type system struct {
@@ -48,7 +54,7 @@ func startSystem(t *testing.T, register func(*worker.Worker)) *system {
 }
 
 // startFronting runs a system whose worker fronts the server opts names,
-// and waits until its prompts are in the catalogue.
+// and waits until its resources are in the catalogue.
 func startFronting(t *testing.T, opts upstream.Options) *system {
 	t.Helper()
 	var a *upstream.Adapter
@@ -69,9 +75,9 @@ func startFronting(t *testing.T, opts upstream.Options) *system {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the adapter did not register the server")
 	}
-	testcluster.WaitFor(t, "the upstream's prompts in the catalogue", func() bool {
+	testcluster.WaitFor(t, "the upstream's resources in the catalogue", func() bool {
 		resp, err := s.coord.ListTools(t.Context(), &pb.ListToolsRequest{})
-		return err == nil && resp.GetFeatures().GetPrompts()
+		return err == nil && len(resp.GetOffers()) > 0
 	})
 	return s
 }
