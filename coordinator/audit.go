@@ -29,6 +29,9 @@ func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.L
 		size = defaultAuditPage
 	}
 	size = min(size, maxAuditPage)
+	if err := checkAuditFilter(req); err != nil {
+		return nil, toStatus(err)
+	}
 	from := s.keys.auditFrom(req.GetSince().AsTime())
 	if req.GetSince() == nil {
 		from = s.keys.audits()
@@ -42,7 +45,7 @@ func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.L
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.keys.audits())), clientv3.WithLimit(int64(size*10)))
+	resp, err := s.cli.Get(octx, from, clientv3.WithRange(s.auditRangeEnd(req)), clientv3.WithLimit(int64(size*10)))
 	if err != nil {
 		return nil, toStatus(etcdErr(octx, "list audit", err))
 	}
@@ -63,12 +66,6 @@ func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.L
 		out.NextPageToken = base64.RawURLEncoding.EncodeToString(append(last, 0))
 	}
 	return out, nil
-}
-
-func auditMatches(a *AuditRecord, req *pb.ListAuditRequest) bool {
-	return (req.GetCallId() == "" || a.CallID == req.GetCallId()) &&
-		(req.GetTool() == "" || a.Tool == req.GetTool()) &&
-		(req.GetOutcome() == "" || a.Outcome == req.GetOutcome())
 }
 
 // auditPage is how many records WatchAudit reads from etcd at once.
@@ -289,7 +286,7 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kvs[0].Key), encode(a), clientv3.WithIgnoreLease()))
 	}
-	tresp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	tresp, err := s.commits.Txn(octx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return etcdErr(octx, "record stops", err)
 	}

@@ -62,6 +62,7 @@ type Server struct {
 	running   *runningCalls
 	retention *retention
 	stops     *stopBatcher
+	commits   *committer
 	attached  *attachments
 	metrics   *metrics
 	health    *healthState
@@ -92,6 +93,7 @@ func New(opts Options) *Server {
 	s.running = newRunningCalls()
 	s.retention = &retention{s: s}
 	s.stops = newStopBatcher(s)
+	s.commits = newCommitter(opts.Client, opts.OpTimeout)
 	s.metrics = newMetrics(s)
 	return s
 }
@@ -142,6 +144,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
+	g.Go(func() error { return s.commits.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })
 	g.Go(func() error { return s.runExpiry(ctx) })
 	g.Go(func() error { return s.runHealth(ctx) })

@@ -24,6 +24,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // ErrClosed means the gateway is shutting down.
@@ -92,6 +93,7 @@ type Gateway struct {
 	inflight atomic.Int64
 
 	tools   atomic.Pointer[[]*pb.Tool]
+	offers  atomic.Pointer[catalogue] // resources, templates, prompts, features (catalogue.go)
 	metrics *metrics
 
 	mu       sync.Mutex
@@ -179,6 +181,7 @@ func (g *Gateway) watchTools(ctx context.Context) error {
 		}
 		tools := m.GetTools()
 		prev := g.tools.Swap(&tools)
+		g.setOffers(m, prev == nil)
 		if prev == nil {
 			g.mu.Lock()
 			select {
@@ -189,7 +192,9 @@ func (g *Gateway) watchTools(ctx context.Context) error {
 			g.mu.Unlock()
 			continue
 		}
-		g.broadcast(notifyToolsChanged)
+		if !sameTools(*prev, tools) {
+			g.broadcast(notifyToolsChanged)
+		}
 	}
 }
 
@@ -288,7 +293,7 @@ func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
 	if c := g.workers[addr]; c != nil {
 		return pb.NewWorkerServiceClient(c), nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option()}, g.opts.WorkerDialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option(), telemetry.DialOption()}, g.opts.WorkerDialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err

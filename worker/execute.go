@@ -53,7 +53,7 @@ type execution struct {
 
 // Execute implements WorkerService.Execute.
 func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_ExecuteServer) error {
-	reg, args, err := w.admit(req)
+	run, args, err := w.admit(req)
 	if err != nil {
 		return err
 	}
@@ -75,8 +75,8 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		return err
 	}
 	defer w.untrack(e)
-	call := &Call{ID: req.GetCallId(), Tool: req.GetTool(), Arguments: args, Deadline: req.GetDeadline().AsTime(), exec: e,
-		principal: req.GetPrincipal(), scopes: req.GetScopes()}
+	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
+		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes()}
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}
@@ -88,18 +88,20 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		e.markCancelled()
 		close(cancelSeen)
 	})
-	res, herr := runHandler(ctx, reg.handler, call)
+	hctx, span := startHandlerSpan(ctx, req) // trace.go
+	res, herr := runHandler(hctx, run, call)
 	stoppedAt := time.Now()
+	endHandlerSpan(ctx, span, res.spanResult(), herr, stoppedAt)
 	if !stopWatch() { // the context was cancelled; its callback has started
 		<-cancelSeen
 		w.metrics.stopped(e.cancelledAt(), stoppedAt)
 	}
 	err = e.finish(ctx, res, herr, stoppedAt)
-	w.metrics.calls.WithLabelValues(req.GetTool(), e.outcome).Inc()
+	w.metrics.calls.WithLabelValues(metricTarget(call), e.outcome).Inc()
 	return err
 }
 
-func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, error) {
+func (w *Worker) admit(req *pb.ExecuteRequest) (invoke, json.RawMessage, error) {
 	if b, err := hex.DecodeString(req.GetCallId()); err != nil || len(b) != 16 {
 		return nil, nil, status.Error(codes.InvalidArgument, "call id must be 32 hex digits")
 	}
@@ -112,27 +114,23 @@ func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, er
 	if name := req.GetWorker(); name != "" && name != w.opts.Name {
 		return nil, nil, status.Errorf(codes.FailedPrecondition, "this is worker %q, not %q", w.opts.Name, name)
 	}
-	args := json.RawMessage(req.GetArgumentsJson())
-	if len(args) == 0 {
-		args = json.RawMessage(`{}`)
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
-		return nil, nil, status.Error(codes.InvalidArgument, "arguments must be a JSON object")
+	args, err := callArguments(req)
+	if err != nil {
+		return nil, nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.draining {
 		return nil, nil, status.Error(codes.Unavailable, "worker is draining")
 	}
-	reg := w.tools[req.GetTool()]
-	if reg == nil {
-		return nil, nil, status.Errorf(codes.NotFound, "this worker has no tool %q", req.GetTool())
+	run := w.invokerLocked(methodOf(req), req.GetTool())
+	if run == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "this worker does not serve %s %q", methodOf(req), req.GetTool())
 	}
 	if w.opts.Capacity > 0 && len(w.calls) >= w.opts.Capacity {
 		return nil, nil, status.Error(codes.ResourceExhausted, "worker at capacity")
 	}
-	return reg, args, nil
+	return run, args, nil
 }
 
 func (w *Worker) track(e *execution) error {
@@ -223,17 +221,17 @@ func (e *execution) cancelledAt() time.Time {
 	return e.cancelTime
 }
 
-func runHandler(ctx context.Context, h Handler, c *Call) (res *Result, err error) {
+func runHandler(ctx context.Context, run invoke, c *Call) (a *answer, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("tool %s panicked: %v\n%s", c.Tool, p, debug.Stack())
+			a, err = nil, fmt.Errorf("%s panicked: %v\n%s", c.describe(), p, debug.Stack())
 		}
 	}()
-	res, err = h(ctx, c)
-	if err == nil && res == nil {
-		err = fmt.Errorf("tool %s returned no result", c.Tool)
+	a, err = run(ctx, c)
+	if err == nil && a == nil {
+		err = fmt.Errorf("%s returned no result", c.describe())
 	}
-	return res, err
+	return a, err
 }
 
 func (e *execution) progress(p, total float64, msg string) {

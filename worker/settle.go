@@ -7,9 +7,7 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,7 +20,7 @@ import (
 
 // finish settles the call with the coordinator and sends the one final
 // event the outcome allows.
-func (e *execution) finish(ctx context.Context, res *Result, herr error, stoppedAt time.Time) error {
+func (e *execution) finish(ctx context.Context, res *answer, herr error, stoppedAt time.Time) error {
 	e.mu.Lock()
 	if e.state == running {
 		e.state = settling
@@ -55,14 +53,10 @@ func (e *execution) finish(ctx context.Context, res *Result, herr error, stopped
 	}
 }
 
-func (e *execution) complete(res *Result, stoppedAt time.Time) error {
-	body, err := json.Marshal(res)
-	if err != nil {
-		return e.fail(fmt.Errorf("result does not encode: %w", err), stoppedAt)
-	}
+func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
-	err = e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError})
+	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
+		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError})
 		return err
 	})
 	if err != nil {
@@ -76,10 +70,10 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 		return e.sendEnd(settledState(res), r.GetWinnerInitiator(), r.GetWinnerReason())
 	}
 	e.outcome = "completed"
-	if res.IsError {
+	if res.toolError {
 		e.outcome = "tool_error"
 	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: body}}})
+	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: res.body, ErrorJson: res.rpcErr}}})
 }
 
 func (e *execution) fail(herr error, stoppedAt time.Time) error {
