@@ -1,8 +1,3 @@
-// Package coordinator is the control plane of mcpcancel: a gRPC service that
-// decides, exactly once per call and in etcd, whether completion,
-// cancellation or failure won. Every decision is one etcd transaction
-// guarded by the call record's revision (the fence) that also writes the
-// decision's audit record. Replicas hold no state another replica needs.
 package coordinator
 
 import (

@@ -1,10 +1,3 @@
-// Package gateway is the MCP side of mcpcancel: it speaks MCP to clients
-// over stdio and Streamable HTTP (the 2025 revisions, with sessions, and
-// the stateless 2026-07-28 revision), runs their tool calls on workers, and
-// turns every MCP cancellation into a coordinator decision. It owns its
-// JSON-RPC dispatch so that nothing answers a request whose cancellation
-// won: every request passes through a gate that lets exactly one of its
-// response or its cancellation out, and progress only before either.
 package gateway
 
 import (
