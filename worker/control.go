@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 )
 
@@ -62,7 +63,7 @@ func (w *Worker) Attached() <-chan struct{} { return w.ctrl.attached }
 
 // run attaches, and re-attaches after any failure, until ctx is done.
 func (c *control) run(ctx context.Context) error {
-	wait := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := c.session(ctx)
@@ -71,15 +72,9 @@ func (c *control) run(ctx context.Context) error {
 		}
 		c.w.log.Warn("control stream ended; re-attaching", "err", err)
 		if time.Since(start) > 5*time.Second {
-			wait = 50 * time.Millisecond
+			retry.Reset()
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(2*wait, 2*time.Second)
+		retry.Wait(ctx)
 	}
 	return nil
 }
@@ -109,9 +104,9 @@ func (c *control) session(ctx context.Context) error {
 	if c.draining {
 		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_Drain{Drain: &pb.Drain{}}})
 	}
-	if tools, now := c.w.toolList(); now != gen {
+	if offer, now := c.w.offer(); now != gen {
 		// The tools changed while the hello was on its way.
-		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: offer}})
 	}
 	c.mu.Unlock()
 	if had != 0 && !att.GetAdopted() {
@@ -203,10 +198,11 @@ func (c *control) sayHello(ctx context.Context) (pb.CoordinatorService_AttachCli
 		return nil, nil, 0, err
 	}
 	c.mu.Lock()
-	tools, gen := c.w.toolList()
+	offer, gen := c.w.offer()
 	hello := &pb.WorkerHello{
-		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: tools,
+		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: offer.Tools,
 		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease, SendsHeartbeats: true,
+		Offers: offer.Offers, Features: offer.Features,
 	}
 	c.mu.Unlock()
 	if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: hello}}); err != nil {
@@ -349,8 +345,8 @@ func (c *control) drain() {
 // and queueing it under c.mu keeps concurrent changes in order.
 func (c *control) toolsChanged() {
 	c.mu.Lock()
-	tools, _ := c.w.toolList()
-	c.queueLocked(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+	offer, _ := c.w.offer()
+	c.queueLocked(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: offer}})
 	c.mu.Unlock()
 	c.signal()
 }
