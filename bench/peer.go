@@ -45,7 +45,12 @@ type peer struct {
 // one-second slices: peerSessions sessions each for c.window, counting
 // CPU per call; then one session each, call by call in turn, for the
 // latency each front adds over server-everything itself.
-func measurePeers(ctx context.Context, c config, r *result, dir string, log *slog.Logger, hc *http.Client, progress progressFunc) error {
+func measurePeers(ctx context.Context, c config, r *result, dir string, log *slog.Logger, progress progressFunc) error {
+	// Node's HTTP servers close a connection idle for 5 s (keepAliveTimeout):
+	// a client that reuses one as it closes fails its call. Ours gives
+	// idle connections up first.
+	hc := benchHTTPClient(2 * peerSessions)
+	hc.Transport.(*http.Transport).IdleConnTimeout = 3 * time.Second
 	pdir, err := peerDir()
 	if err != nil {
 		r.Skipped = append(r.Skipped, "peers: "+err.Error())
