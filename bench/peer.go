@@ -51,6 +51,10 @@ func measurePeers(ctx context.Context, c config, r *result, dir string, log *slo
 	// idle connections up first.
 	hc := benchHTTPClient(2 * peerSessions)
 	hc.Transport.(*http.Transport).IdleConnTimeout = 3 * time.Second
+	if c.cpuProfile != "" {
+		r.Skipped = append(r.Skipped, "peers: they need the CPU profiler, which --cpuprofile holds")
+		return nil
+	}
 	pdir, err := peerDir()
 	if err != nil {
 		r.Skipped = append(r.Skipped, "peers: "+err.Error())
@@ -119,7 +123,7 @@ func sum(d []time.Duration) time.Duration {
 func peerRates(ctx context.Context, peers []*peer, window time.Duration) error {
 	prof, err := startCPUProfile()
 	if err != nil {
-		return err
+		return err // --cpuprofile: measurePeers says it skipped
 	}
 	var labelled time.Duration // mcpcancel's front CPU is read from the profile, over its slices only
 	for done := time.Duration(0); done < window; done += throughputSlice {
