@@ -7,8 +7,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // Options configures a coordinator replica. The zero value of every field
@@ -104,7 +103,7 @@ func setDefaults(o *Options) {
 		o.Prefix = "/mcpcancel/v1/"
 	}
 	if o.Name == "" {
-		o.Name = "coordinator-" + randomID()[:8]
+		o.Name = "coordinator-" + randid.New(4)
 	}
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = 10 * time.Second
@@ -177,12 +176,6 @@ func (s *Server) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 func (s *Server) now() time.Time { return s.opts.Now().UTC() }
-
-func randomID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // retention hands out the lease that settled records live on. Each lease
 // lives Retention plus one rotation period and is never kept alive, so

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -22,7 +23,7 @@ const (
 	hdrName    = "Mcp-Name"
 	// HeaderScope names the scope a response's call runs in, so a client
 	// can look its calls up in the audit.
-	HeaderScope = "Mcpcancel-Scope"
+	HeaderScope = client.HeaderScope
 	contentJSON = "application/json"
 	contentSSE  = "text/event-stream"
 )
@@ -172,9 +173,10 @@ func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *js
 	h.answer(w, r, s, m)
 }
 
-// answer serves one request: tools/call on an SSE stream, the rest as JSON.
+// answer serves one request: a call routed to a worker on an SSE stream,
+// the rest as JSON.
 func (h *httpTransport) answer(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
-	if m.Method == "tools/call" && acceptsSSE(r) {
+	if isRouted(m.Method) && acceptsSSE(r) {
 		out := h.g.newSSE(w)
 		defer out.close()
 		s.handleOnStream(r.Context(), m, out, false) // a dropped 2025 POST stream is no cancellation
