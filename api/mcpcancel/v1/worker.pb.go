@@ -37,8 +37,17 @@ type ExecuteRequest struct {
 	Worker string `protobuf:"bytes,7,opt,name=worker,proto3" json:"worker,omitempty"`
 	// Who the caller is and the scopes its token granted, as the gateway
 	// authenticated them. Never the token itself.
-	Principal     string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
-	Scopes        []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Principal string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
+	Scopes    []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The client session the call belongs to: the scope of a 2025-era HTTP
+	// session or of a stdio connection; empty for a 2026-07-28 request,
+	// which has none. The upstream adapter keys per-client upstream
+	// sessions by it.
+	Session string `protobuf:"bytes,50,opt,name=session,proto3" json:"session,omitempty"`
+	// The least severe log level the client wants: its session's
+	// logging/setLevel (2025-era) or the request's _meta log level
+	// (2026-07-28); empty when it set none.
+	LogLevel      string `protobuf:"bytes,51,opt,name=log_level,json=logLevel,proto3" json:"log_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +143,20 @@ func (x *ExecuteRequest) GetScopes() []string {
 		return x.Scopes
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetLogLevel() string {
+	if x != nil {
+		return x.LogLevel
+	}
+	return ""
 }
 
 type ExecuteResponse struct {
@@ -548,7 +571,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x9c\x02\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x02\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -558,7 +581,9 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bprogress\x18\x06 \x01(\bR\bprogress\x12\x16\n" +
 	"\x06worker\x18\a \x01(\tR\x06worker\x12\x1c\n" +
 	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06scopes\x18\t \x03(\tR\x06scopes\"\x9e\x02\n" +
+	"\x06scopes\x18\t \x03(\tR\x06scopes\x12\x18\n" +
+	"\asession\x182 \x01(\tR\asession\x12\x1b\n" +
+	"\tlog_level\x183 \x01(\tR\blogLevel\"\x9e\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
