@@ -238,6 +238,8 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 			return err
 		}
 		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Tools = toolDefs(msg.ToolsChanged.GetTools()) })
+	case *pb.AttachRequest_Notification:
+		s.workerNotification(ctx, a, msg.Notification)
 	case *pb.AttachRequest_Detach:
 		if err := a.lease.Close(ctx); err != nil {
 			s.log.Warn("revoking worker lease", "worker", a.worker, "err", err)

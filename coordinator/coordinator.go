@@ -64,6 +64,7 @@ type Server struct {
 	retention *retention
 	stops     *stopBatcher
 	attached  *attachments
+	notes     noteWatchers
 	metrics   *metrics
 	health    *healthState
 
@@ -142,6 +143,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
+	g.Go(func() error { return s.watchNotes(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })
 	g.Go(func() error { return s.runExpiry(ctx) })

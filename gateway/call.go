@@ -259,6 +259,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
+		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
 	})
 	if err != nil {
 		return c.lost(begun, err)

@@ -155,6 +155,9 @@ func New(opts Options) *Gateway {
 // Run follows the coordinator's tool list and tells clients when it
 // changes, until ctx is done.
 func (g *Gateway) Run(ctx context.Context) error {
+	notes := make(chan struct{})
+	go func() { g.followNotifications(ctx); close(notes) }() // ends with ctx; waited below
+	defer func() { <-notes }()
 	wait := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := g.watchTools(ctx)

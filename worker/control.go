@@ -162,6 +162,9 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient) error {
 		if stop := m.GetStop(); stop != nil {
 			c.w.stopCall(stop)
 		}
+		if end := m.GetSessionEnded(); end != nil {
+			c.w.sessionEnded(end.GetSession())
+		}
 	}
 }
 

@@ -76,7 +76,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	}
 	defer w.untrack(e)
 	call := &Call{ID: req.GetCallId(), Tool: req.GetTool(), Arguments: args, Deadline: req.GetDeadline().AsTime(), exec: e,
-		principal: req.GetPrincipal(), scopes: req.GetScopes()}
+		principal: req.GetPrincipal(), scopes: req.GetScopes(), session: req.GetSession(), logLevel: req.GetLogLevel()}
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}
@@ -113,7 +113,7 @@ func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, er
 		return nil, nil, status.Errorf(codes.FailedPrecondition, "this is worker %q, not %q", w.opts.Name, name)
 	}
 	args := json.RawMessage(req.GetArgumentsJson())
-	if len(args) == 0 {
+	if len(args) == 0 || string(args) == "null" { // the gateway lets a client send "arguments": null
 		args = json.RawMessage(`{}`)
 	}
 	var obj map[string]json.RawMessage

@@ -109,6 +109,7 @@ type Worker struct {
 	running  sync.WaitGroup // handlers
 
 	ctrl    *control
+	hooks   sessionHooks
 	metrics *metrics
 	coord   pb.CoordinatorServiceClient
 	closed  chan struct{}

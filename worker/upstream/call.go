@@ -35,10 +35,11 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	defer release()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
-	s, err := a.session(ctx)
+	s, done, err := a.sessionFor(ctx, c)
 	var res *worker.Result
 	if err == nil {
 		res, err = a.callTool(ctx, s, c, r)
+		done()
 	}
 	switch {
 	case err == nil:

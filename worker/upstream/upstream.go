@@ -66,6 +66,15 @@ type Options struct {
 	// TerminateWait is how long shutdown waits for the child to exit after
 	// its stdin is closed, before killing its process group (default 2s).
 	TerminateWait time.Duration
+	// Sessions says whether each client session gets an upstream session
+	// of its own (PerClient, the default) or all share one (Shared).
+	Sessions SessionMode
+	// MaxSessions caps the per-client upstream sessions: child processes
+	// over stdio (default 32), MCP sessions over HTTP (default 1024).
+	MaxSessions int
+	// IdleTimeout closes a per-client upstream session unused this long
+	// (default 10m).
+	IdleTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -78,6 +87,7 @@ type Adapter struct {
 	sem  chan struct{} // nil when unbounded
 
 	tokens progressRoutes
+	pool   *pool
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
@@ -112,11 +122,21 @@ func New(w *worker.Worker, opts Options) *Adapter {
 	if opts.Config == nil {
 		opts.Config = &Config{}
 	}
+	if opts.Sessions == "" {
+		opts.Sessions = PerClient
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = defaultSessionIdleClose
+	}
 	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), changed: make(chan struct{}), ready: make(chan struct{})}
 	if opts.MaxConcurrency > 0 {
 		a.sem = make(chan struct{}, opts.MaxConcurrency)
 	}
 	a.tokens.m = map[string]*relay{}
+	a.pool = newPool(a)
+	if opts.Sessions == PerClient {
+		w.OnSessionEnd(a.pool.end)
+	}
 	return a
 }
 
@@ -150,6 +170,10 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	a.started = true
 	a.mu.Unlock()
+	a.pool.start(ctx)
+	pooled := make(chan struct{})
+	go func() { a.pool.run(ctx); close(pooled) }() // ends with ctx; waited below
+	defer func() { <-pooled }()
 	wait := a.opts.MinBackoff
 	for {
 		start := time.Now()
@@ -172,21 +196,14 @@ func (a *Adapter) Run(ctx context.Context) error {
 // done.
 func (a *Adapter) connectOnce(ctx context.Context) error {
 	refresh := make(chan struct{}, 1)
-	opts := &mcp.ClientOptions{
-		// No roots, sampling or elicitation: the adapter has none to offer.
-		Capabilities: &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			select {
-			case refresh <- struct{}{}:
-			default:
-			}
-		},
+	opts := clientOptions(a, "")
+	opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) {
+		select {
+		case refresh <- struct{}{}:
+		default:
+		}
 	}
-	// No ProgressNotificationHandler: the SDK would deliver progress on a
-	// goroutine of its own, after the result it preceded. The transport
-	// relays it in wire order instead (inWireOrder, tapProgress).
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
-	conn, err := a.dial(ctx, client)
+	conn, err := a.dial(ctx, a.newClient(opts))
 	if err != nil {
 		return err
 	}
@@ -211,6 +228,14 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// newClient is an MCP client with opts. It has no
+// ProgressNotificationHandler: the SDK would deliver progress on a
+// goroutine of its own, after the result it preceded. The transport relays
+// it in wire order instead (inWireOrder, tapProgress).
+func (a *Adapter) newClient(opts *mcp.ClientOptions) *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
 }
 
 func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {
