@@ -35,6 +35,7 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	defer release()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
+	ctx = withRelay(ctx, r)
 	s, done, err := a.sessionFor(ctx, c)
 	var res *worker.Result
 	if err == nil {
@@ -60,6 +61,7 @@ func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.
 	if r.token != "" {
 		p.SetProgressToken(r.token)
 	}
+	setLogLevel(p, c.LogLevel())
 	res, err := s.CallTool(ctx, p)
 	switch {
 	case err == nil:

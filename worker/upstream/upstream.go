@@ -203,7 +203,7 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 		default:
 		}
 	}
-	conn, err := a.dial(ctx, a.newClient(opts))
+	conn, err := a.dial(ctx, a.newClient(opts), true)
 	if err != nil {
 		return err
 	}
