@@ -103,9 +103,9 @@ type sseTap struct {
 	io.ReadCloser
 	progress func(*mcp.ProgressNotificationParams)
 	log      func(*mcp.LoggingMessageParams) // nil: logs are not the call's
-	line     []byte // the line being read
-	data     []byte // the event's data so far
-	skip     bool   // the event is too large to be progress
+	line     []byte                          // the line being read
+	data     []byte                          // the event's data so far
+	skip     bool                            // the event is too large to be progress
 }
 
 func (s *sseTap) Read(p []byte) (int, error) {
