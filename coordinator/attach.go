@@ -113,7 +113,8 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	if err := validateHello(hello); err != nil {
 		return toStatus(err)
 	}
-	info := &workerInfo{Name: hello.GetName(), Address: hello.GetAddress(), Tools: toolDefs(hello.GetTools()), Capacity: hello.GetCapacity()}
+	info := &workerInfo{Name: hello.GetName(), Address: hello.GetAddress(), Tools: toolDefs(hello.GetTools()), Capacity: hello.GetCapacity(),
+		Offers: offerDefs(hello.GetOffers()), Features: featuresOf(hello.GetFeatures())}
 	lease, adopted, err := s.register(stream.Context(), info, clientv3.LeaseID(hello.GetLeaseId()))
 	if err != nil {
 		return toStatus(err)
@@ -234,10 +235,16 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 	case *pb.AttachRequest_Drain:
 		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Draining = true })
 	case *pb.AttachRequest_ToolsChanged:
-		if err := validateTools(msg.ToolsChanged.GetTools()); err != nil {
+		tc := msg.ToolsChanged
+		if err := validateTools(tc.GetTools()); err != nil {
 			return err
 		}
-		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Tools = toolDefs(msg.ToolsChanged.GetTools()) })
+		if err := validateOffers(tc.GetOffers()); err != nil {
+			return err
+		}
+		return s.updateWorker(ctx, a, func(i *workerInfo) {
+			i.Tools, i.Offers, i.Features = toolDefs(tc.GetTools()), offerDefs(tc.GetOffers()), featuresOf(tc.GetFeatures())
+		})
 	case *pb.AttachRequest_Notification:
 		s.workerNotification(ctx, a, msg.Notification)
 	case *pb.AttachRequest_Detach:
@@ -333,7 +340,10 @@ func validateHello(h *pb.WorkerHello) error {
 	if h.GetCapacity() < 0 {
 		return invalid("capacity must not be negative")
 	}
-	return validateTools(h.GetTools())
+	if err := validateTools(h.GetTools()); err != nil {
+		return err
+	}
+	return validateOffers(h.GetOffers())
 }
 
 func validateTools(tools []*pb.Tool) error {

@@ -29,7 +29,8 @@ type callRecord struct {
 	Scope       string          `json:"scope"`
 	Principal   string          `json:"principal,omitempty"`
 	RequestID   json.RawMessage `json:"request_id"`
-	Tool        string          `json:"tool"`
+	Method      string          `json:"method,omitempty"` // empty: tools/call, as before methods were recorded
+	Tool        string          `json:"tool"`             // the target: a tool, resource URI, prompt name or completion reference
 	Worker      string          `json:"worker"`
 	Gateway     string          `json:"gateway,omitempty"`
 	State       string          `json:"state"`
@@ -51,7 +52,8 @@ type AuditRecord struct {
 	Scope       string          `json:"scope"`
 	Principal   string          `json:"principal"`
 	RequestID   json.RawMessage `json:"request_id"`
-	Tool        string          `json:"tool"`
+	Method      string          `json:"method"`
+	Tool        string          `json:"tool"` // or the resource URI, prompt name, completion reference
 	Worker      string          `json:"worker"`
 	Gateway     string          `json:"gateway"`
 	Outcome     string          `json:"outcome"`
@@ -74,7 +76,7 @@ type stopOrder struct {
 func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time) *AuditRecord {
 	return &AuditRecord{
 		CallID: r.CallID, Scope: r.Scope, Principal: r.Principal, RequestID: r.RequestID,
-		Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
+		Method: r.method(), Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
 		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
 	}
@@ -109,6 +111,15 @@ var stateValues = map[string]pb.CallState{
 	stateFailed:    pb.CallState_CALL_STATE_FAILED,
 }
 
+// method is the record's MCP method; records written before methods were
+// recorded are all tools/call.
+func (r *callRecord) method() string {
+	if r.Method == "" {
+		return methodToolsCall
+	}
+	return r.Method
+}
+
 func (r *callRecord) proto(fence int64) *pb.Call {
 	return &pb.Call{
 		CallId:      r.CallID,
@@ -125,6 +136,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		Deadline:    ts(r.Deadline),
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
+		Method:      r.method(),
 	}
 }
 
@@ -135,7 +147,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: requestIDFromJSON(a.RequestID), Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: initiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: ts(a.RequestedAt), SettledAt: ts(a.SettledAt),
-		RetryOf: a.RetryOf,
+		RetryOf: a.RetryOf, Method: a.Method,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
@@ -150,7 +162,7 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: client.RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(),
+		RetryOf: p.GetRetryOf(), Method: p.GetMethod(),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

@@ -20,10 +20,13 @@ import (
 // cancelTimeout bounds one Cancel round trip to the coordinator.
 const cancelTimeout = 10 * time.Second
 
-// call is one tools/call in flight, from registration to its end.
+// call is one request routed to a worker (tools/call, resources/read,
+// prompts/get, ...), in flight from registration to its end.
 type call struct {
 	s        *session
 	id       jsonrpc.ID
+	method   string // the MCP method
+	target   string // what it names: a tool, resource URI, prompt, completion reference
 	reply    sink
 	token    json.RawMessage // the client's progress token, if any
 	modern   bool            // 2026-07-28: results say resultType
@@ -43,34 +46,19 @@ type call struct {
 
 func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
 
-type callParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-	Meta      struct {
-		ProgressToken json.RawMessage `json:"progressToken"`
-		LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
-	} `json:"_meta"`
-}
-
-// handleCall runs tools/call to its end: registered before any remote
-// work, begun at the coordinator, executed on the worker, answered through
-// the gate.
+// handleCall runs a request routed to a worker to its end: registered
+// before any remote work, begun at the coordinator, executed on the
+// worker, answered through the gate.
 func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink) {
-	var p callParams
-	if err := json.Unmarshal(m.Params, &p); err != nil || p.Name == "" {
-		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")))
+	p, perr := parseRouted(m)
+	if perr != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, perr))
 		return
 	}
-	if a := p.Arguments; len(a) > 0 && string(a) != "null" && a[0] != '{' {
-		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
-		return
-	}
-	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
-	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
-		c.token = t
-	}
+	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, modern: s.isModern(),
+		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token}
 	if err := s.register(c); err != nil {
-		s.g.metrics.call(p.Name, outcomeRejected)
+		s.g.metrics.call(p.metricName(), outcomeRejected)
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, err))
 		return
 	}
@@ -83,20 +71,20 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	outcome := c.outcome
 	c.mu.Unlock()
 	if outcome != "" {
-		s.g.metrics.call(p.Name, outcome)
+		s.g.metrics.call(p.metricName(), outcome)
 	}
 }
 
-func (c *call) run(p callParams) {
+func (c *call) run(p *routed) {
 	g := c.s.g
 	ctx, cancel := context.WithTimeout(g.base, g.opts.CallTimeout)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
-		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
 	})
 	if err != nil {
-		c.beginFailed(err, p.Name)
+		c.beginFailed(err, p)
 		return
 	}
 	// The coordinator may grant less time than asked (it caps deadlines).
@@ -120,7 +108,7 @@ func (c *call) run(p callParams) {
 		}
 		next := c.retry(p, begun)
 		if next == nil {
-			c.respond(c.result(toolError("%s", lost)))
+			c.respond(c.failure("%s", lost))
 			return
 		}
 		if c.settled() {
@@ -136,7 +124,7 @@ func (c *call) run(p callParams) {
 // The coordinator checks the rest: the call failed with its worker lost,
 // is not a retry itself, and is not past its deadline. retry returns the
 // new call, or nil.
-func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
+func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	g := c.s.g
 	deadline := lost.GetDeadline().AsTime()
 	c.mu.Lock()
@@ -152,12 +140,12 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	ctx, cancel := context.WithDeadline(g.base, deadline)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
-		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(time.Until(deadline)),
 		RetryOf: lost.GetCallId(),
 	})
 	if err != nil {
-		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "tool", p.Name, "call", lost.GetCallId(), "err", err)
+		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "method", p.method, "target", p.target, "call", lost.GetCallId(), "err", err)
 		switch client.Kind(err) {
 		case client.ErrNotRetryable, client.ErrNoCapacity, client.ErrUnknownTool, client.ErrInvalidArgument:
 		default:
@@ -166,9 +154,9 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 		c.setOutcome(outcomeFailed)
 		return nil
 	}
-	g.log.Info("placed a call lost with its worker on another worker", "scope", c.s.scope, "tool", p.Name,
+	g.log.Info("placed a call lost with its worker on another worker", "scope", c.s.scope, "method", p.method, "target", p.target,
 		"lost", lost.GetCallId(), "lost_worker", lost.GetWorker(), "call", begun.GetCallId(), "worker", begun.GetWorker())
-	g.metrics.retry(p.Name)
+	g.metrics.retry(p.metricName())
 	c.mu.Lock()
 	c.begun = begun
 	pending := c.pending
@@ -181,23 +169,24 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 
 // beginFailed answers a call the coordinator would not place, unless it
 // was cancelled meanwhile.
-func (c *call) beginFailed(err error, tool string) {
+func (c *call) beginFailed(err error, p *routed) {
+	tool := p.target
 	c.setOutcome(outcomeRejected)
 	switch client.Kind(err) {
 	case client.ErrUnknownTool:
-		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
+		c.respond(jsonrpc.ErrorResponse(c.id, true, p.unknown(c.modern)))
 	case client.ErrSessionClosed:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "the session was closed; initialize a new one")))
 	case client.ErrDuplicate:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
 	case client.ErrNoCapacity:
-		c.respond(c.result(toolError("every worker offering %s is busy; try again shortly", tool)))
+		c.respond(c.failure("every worker offering %s is busy; try again shortly", tool))
 	case client.ErrInvalidArgument:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	default:
 		// The coordinator or etcd went away, perhaps after committing
 		// the call: make sure it ends FAILED, as the client is told.
-		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "tool", tool, "err", err)
+		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "method", p.method, "target", tool, "err", err)
 		c.failLostBegin()
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	}
@@ -242,7 +231,7 @@ func (c *call) failLostBegin() {
 // execute streams the call from its worker and relays what comes back.
 // When the call failed because its worker was lost, it answers nothing
 // and returns the error the client should get, unless the call is retried.
-func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
+func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 	g := c.s.g
 	wc, err := g.workerClient(begun.GetWorkerAddress())
 	if err != nil {
@@ -256,7 +245,8 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	c.stopExec = stop
 	c.mu.Unlock()
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
-		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
+		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.target, ArgumentsJson: p.arguments,
+		Method: p.beginMethod(), ParamsJson: p.params,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
@@ -284,20 +274,19 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 		case *pb.ExecuteResponse_Log:
 			c.log(e.Log)
 		case *pb.ExecuteResponse_Result:
-			raw := json.RawMessage(e.Result.GetResultJson())
-			c.setOutcome(resultOutcome(raw))
-			c.respond(c.result(raw))
+			c.noteSubscription(e.Result)
+			c.answer(e.Result)
 			return ""
 		case *pb.ExecuteResponse_Failed:
 			c.setOutcome(outcomeFailed)
-			msg := "the tool failed"
+			msg := c.failedText()
 			if r := e.Failed.GetReason(); r != "" {
 				msg += ": " + r
 			}
 			if e.Failed.GetInitiator() == pb.Initiator_INITIATOR_WORKER_LOST {
 				return msg
 			}
-			c.respond(c.result(toolError("%s", msg)))
+			c.respond(c.failure("%s", msg))
 			return ""
 		case *pb.ExecuteResponse_Cancelled:
 			c.cancelledBy(e.Cancelled.GetInitiator(), e.Cancelled.GetReason())
@@ -327,11 +316,11 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	case err != nil:
 		// Its outcome is unknown, so it must not run again.
 		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)
-		c.respond(c.result(toolError(workerLost)))
+		c.respond(c.failure(workerLost))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
 		c.cancelledBy(resp.GetWinnerInitiator(), resp.GetWinnerReason())
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
-		c.respond(c.result(toolError("the tool completed but its result was lost on the way back")))
+		c.respond(c.failure("the tool completed but its result was lost on the way back"))
 	default:
 		return workerLost
 	}

@@ -109,10 +109,10 @@ func (c *call) cancelledBy(who pb.Initiator, reason string) {
 		c.mu.Lock()
 		timeout := c.timeout
 		c.mu.Unlock()
-		c.respond(c.result(toolError("the call timed out after %v and was cancelled", timeout)))
+		c.respond(c.failure("the call timed out after %v and was cancelled", timeout))
 	default:
 		c.setOutcome(outcomeCancelled)
-		c.respond(c.result(toolError("%s", cancelledMessage(who, reason))))
+		c.respond(c.failure("%s", cancelledMessage(who, reason)))
 	}
 	c.mu.Lock()
 	stop := c.stopExec
@@ -233,9 +233,9 @@ func (c *call) result(v any) []byte {
 		return jsonrpc.Response(c.id, v)
 	}
 	if raw, ok := v.(json.RawMessage); ok {
-		return jsonrpc.Response(c.id, completeRaw(raw))
+		return jsonrpc.Response(c.id, completeRaw(c.method, raw))
 	}
-	return jsonrpc.Response(c.id, complete("tools/call", v))
+	return jsonrpc.Response(c.id, complete(c.method, v))
 }
 
 // toolError is a CallToolResult with isError set.

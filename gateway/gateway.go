@@ -92,6 +92,7 @@ type Gateway struct {
 	inflight atomic.Int64
 
 	tools   atomic.Pointer[[]*pb.Tool]
+	offers  atomic.Pointer[catalogue] // resources, templates, prompts, features (catalogue.go)
 	metrics *metrics
 
 	mu       sync.Mutex
@@ -188,6 +189,7 @@ func (g *Gateway) watchTools(ctx context.Context) error {
 		}
 		tools := m.GetTools()
 		prev := g.tools.Swap(&tools)
+		g.setOffers(m, prev == nil)
 		if prev == nil {
 			g.mu.Lock()
 			select {
@@ -198,7 +200,9 @@ func (g *Gateway) watchTools(ctx context.Context) error {
 			g.mu.Unlock()
 			continue
 		}
-		g.broadcast(notifyToolsChanged)
+		if !sameTools(*prev, tools) {
+			g.broadcast(notifyToolsChanged)
+		}
 	}
 }
 

@@ -106,7 +106,7 @@ func (g *Gateway) serveLine(ctx context.Context, s *session, out sink, line []by
 		out.send(jsonrpc.ErrorResponse(derr.ID, derr.HasID, derr.Error))
 		return
 	}
-	if m.Kind == jsonrpc.KindRequest && m.Method == "tools/call" {
+	if m.Kind == jsonrpc.KindRequest && isRouted(m.Method) {
 		calls.Go(func() { s.handle(ctx, m, out) })
 		return
 	}

@@ -111,3 +111,18 @@ func (s *session) announceEnd(reason string) {
 		s.g.log.Warn("announcing a stdio session's end", "scope", s.scope, "err", err)
 	}
 }
+
+// noteSubscription records, before the client hears that its worker
+// accepted a resources/subscribe or unsubscribe, what it changed: so that
+// an update sent right after the answer already finds the subscription.
+// Were the record lost, the client is subscribed upstream but hears
+// nothing; that is logged.
+func (c *call) noteSubscription(r *pb.ExecuteResult) {
+	unsub := c.method == "resources/unsubscribe"
+	if c.method != "resources/subscribe" && !unsub || len(r.GetErrorJson()) > 0 || c.modern {
+		return
+	}
+	if err := c.s.recordSubscription(context.WithoutCancel(c.s.g.base), c.target, unsub); err != nil {
+		c.s.g.log.Warn("recording a resource subscription", "scope", c.s.scope, "uri", c.target, "unsubscribe", unsub, "err", err)
+	}
+}

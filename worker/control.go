@@ -80,10 +80,11 @@ func (c *control) session(ctx context.Context) error {
 		return err
 	}
 	c.mu.Lock()
-	tools, gen := c.w.toolList()
+	offer, gen := c.w.offer()
 	hello := &pb.WorkerHello{
-		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: tools,
+		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: offer.Tools,
 		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease, SendsHeartbeats: true,
+		Offers: offer.Offers, Features: offer.Features,
 	}
 	c.mu.Unlock()
 	if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: hello}}); err != nil {
@@ -102,9 +103,9 @@ func (c *control) session(ctx context.Context) error {
 	if c.draining {
 		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_Drain{Drain: &pb.Drain{}}})
 	}
-	if tools, now := c.w.toolList(); now != gen {
+	if offer, now := c.w.offer(); now != gen {
 		// The tools changed while the hello was on its way.
-		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: offer}})
 	}
 	c.mu.Unlock()
 	if had != 0 && !att.GetAdopted() {
@@ -265,8 +266,8 @@ func (c *control) drain() {
 // and queueing it under c.mu keeps concurrent changes in order.
 func (c *control) toolsChanged() {
 	c.mu.Lock()
-	tools, _ := c.w.toolList()
-	c.queueLocked(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: &pb.ToolsChanged{Tools: tools}}})
+	offer, _ := c.w.offer()
+	c.queueLocked(&pb.AttachRequest{Msg: &pb.AttachRequest_ToolsChanged{ToolsChanged: offer}})
 	c.mu.Unlock()
 	c.signal()
 }

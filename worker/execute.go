@@ -53,7 +53,7 @@ type execution struct {
 
 // Execute implements WorkerService.Execute.
 func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_ExecuteServer) error {
-	reg, args, err := w.admit(req)
+	run, args, err := w.admit(req)
 	if err != nil {
 		return err
 	}
@@ -75,8 +75,9 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		return err
 	}
 	defer w.untrack(e)
-	call := &Call{ID: req.GetCallId(), Tool: req.GetTool(), Arguments: args, Deadline: req.GetDeadline().AsTime(), exec: e,
-		principal: req.GetPrincipal(), scopes: req.GetScopes(), session: req.GetSession(), logLevel: req.GetLogLevel()}
+	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
+		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
+		session: req.GetSession(), logLevel: req.GetLogLevel()}
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}
@@ -88,18 +89,18 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		e.markCancelled()
 		close(cancelSeen)
 	})
-	res, herr := runHandler(ctx, reg.handler, call)
+	res, herr := runHandler(ctx, run, call)
 	stoppedAt := time.Now()
 	if !stopWatch() { // the context was cancelled; its callback has started
 		<-cancelSeen
 		w.metrics.stopped(e.cancelledAt(), stoppedAt)
 	}
 	err = e.finish(ctx, res, herr, stoppedAt)
-	w.metrics.calls.WithLabelValues(req.GetTool(), e.outcome).Inc()
+	w.metrics.calls.WithLabelValues(metricTarget(call), e.outcome).Inc()
 	return err
 }
 
-func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, error) {
+func (w *Worker) admit(req *pb.ExecuteRequest) (invoke, json.RawMessage, error) {
 	if b, err := hex.DecodeString(req.GetCallId()); err != nil || len(b) != 16 {
 		return nil, nil, status.Error(codes.InvalidArgument, "call id must be 32 hex digits")
 	}
@@ -112,27 +113,23 @@ func (w *Worker) admit(req *pb.ExecuteRequest) (*registered, json.RawMessage, er
 	if name := req.GetWorker(); name != "" && name != w.opts.Name {
 		return nil, nil, status.Errorf(codes.FailedPrecondition, "this is worker %q, not %q", w.opts.Name, name)
 	}
-	args := json.RawMessage(req.GetArgumentsJson())
-	if len(args) == 0 || string(args) == "null" { // the gateway lets a client send "arguments": null
-		args = json.RawMessage(`{}`)
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
-		return nil, nil, status.Error(codes.InvalidArgument, "arguments must be a JSON object")
+	args, err := callArguments(req)
+	if err != nil {
+		return nil, nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.draining {
 		return nil, nil, status.Error(codes.Unavailable, "worker is draining")
 	}
-	reg := w.tools[req.GetTool()]
-	if reg == nil {
-		return nil, nil, status.Errorf(codes.NotFound, "this worker has no tool %q", req.GetTool())
+	run := w.invokerLocked(methodOf(req), req.GetTool())
+	if run == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "this worker does not serve %s %q", methodOf(req), req.GetTool())
 	}
 	if w.opts.Capacity > 0 && len(w.calls) >= w.opts.Capacity {
 		return nil, nil, status.Error(codes.ResourceExhausted, "worker at capacity")
 	}
-	return reg, args, nil
+	return run, args, nil
 }
 
 func (w *Worker) track(e *execution) error {
@@ -212,17 +209,17 @@ func (e *execution) cancelledAt() time.Time {
 	return e.cancelTime
 }
 
-func runHandler(ctx context.Context, h Handler, c *Call) (res *Result, err error) {
+func runHandler(ctx context.Context, run invoke, c *Call) (a *answer, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("tool %s panicked: %v\n%s", c.Tool, p, debug.Stack())
+			a, err = nil, fmt.Errorf("%s panicked: %v\n%s", c.describe(), p, debug.Stack())
 		}
 	}()
-	res, err = h(ctx, c)
-	if err == nil && res == nil {
-		err = fmt.Errorf("tool %s returned no result", c.Tool)
+	a, err = run(ctx, c)
+	if err == nil && a == nil {
+		err = fmt.Errorf("%s returned no result", c.describe())
 	}
-	return res, err
+	return a, err
 }
 
 func (e *execution) progress(p, total float64, msg string) {
@@ -256,7 +253,7 @@ func (e *execution) log(level, logger string, data any) {
 
 // finish settles the call with the coordinator and sends the one final
 // event the outcome allows.
-func (e *execution) finish(ctx context.Context, res *Result, herr error, stoppedAt time.Time) error {
+func (e *execution) finish(ctx context.Context, res *answer, herr error, stoppedAt time.Time) error {
 	e.mu.Lock()
 	if e.state == running {
 		e.state = settling
@@ -288,14 +285,10 @@ func (e *execution) finish(ctx context.Context, res *Result, herr error, stopped
 	}
 }
 
-func (e *execution) complete(res *Result, stoppedAt time.Time) error {
-	body, err := json.Marshal(res)
-	if err != nil {
-		return e.fail(fmt.Errorf("result does not encode: %w", err), stoppedAt)
-	}
+func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
-	err = e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError})
+	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
+		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError})
 		return err
 	})
 	if err != nil {
@@ -309,10 +302,10 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 		return e.sendEnd(settledState(res), r.GetWinnerInitiator(), r.GetWinnerReason())
 	}
 	e.outcome = "completed"
-	if res.IsError {
+	if res.toolError {
 		e.outcome = "tool_error"
 	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: body}}})
+	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: res.body, ErrorJson: res.rpcErr}}})
 }
 
 func (e *execution) fail(herr error, stoppedAt time.Time) error {

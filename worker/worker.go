@@ -1,5 +1,8 @@
-// Package worker is the runtime a tool author embeds to run MCP tools on a
-// worker fleet behind mcpcancel. Register tools with Handle, then Run: the
+// Package worker is the runtime a tool author embeds to run MCP tools,
+// resources, prompts and completions on a worker fleet behind mcpcancel.
+// Register tools with Handle (and resources, templates, prompts and
+// completions with HandleResource, HandleResourceTemplate, HandlePrompt
+// and HandleCompletion), then Run: the
 // worker serves Execute to gateways, attaches to a coordinator (any
 // replica, reconnecting as needed), and settles each call there before a
 // result leaves it. A handler's context is cancelled the moment its call is
@@ -103,7 +106,8 @@ type Worker struct {
 
 	mu       sync.Mutex
 	tools    map[string]*registered
-	toolsGen uint64 // counts changes to tools
+	offered  *offered // resources, templates, prompts, completions
+	toolsGen uint64   // counts changes to tools and offers
 	calls    map[string]*execution
 	draining bool
 	running  sync.WaitGroup // handlers
@@ -140,6 +144,7 @@ func New(opts Options) *Worker {
 		opts:    opts,
 		log:     opts.Logger.With("worker", opts.Name),
 		tools:   map[string]*registered{},
+		offered: newOffered(),
 		calls:   map[string]*execution{},
 		closed:  make(chan struct{}),
 		runDone: make(chan struct{}),
@@ -199,11 +204,12 @@ func (w *Worker) SetTools(tools []Tool, h Handler) {
 	w.ctrl.toolsChanged()
 }
 
-// toolList returns the tool set and its generation.
-func (w *Worker) toolList() ([]*pb.Tool, uint64) {
+// offer returns everything the worker offers, and its generation.
+func (w *Worker) offer() (*pb.ToolsChanged, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.toolListLocked(), w.toolsGen
+	offers, features := w.offered.proto()
+	return &pb.ToolsChanged{Tools: w.toolListLocked(), Offers: offers, Features: features}, w.toolsGen
 }
 
 func (w *Worker) toolListLocked() []*pb.Tool {

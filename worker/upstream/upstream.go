@@ -1,10 +1,14 @@
-// Package upstream fronts an existing MCP server as mcpcancel worker tools.
+// Package upstream fronts an existing MCP server as an mcpcancel worker.
 //
 // An Adapter runs the server as a child process over stdio, or connects to
 // it over Streamable HTTP, with the Go MCP SDK's client. It registers the
 // server's tools (name, title, description, input and output schemas,
-// annotations) as its worker's tools, and re-registers them when the server
-// sends notifications/tools/list_changed. Each call is forwarded with the
+// annotations) as its worker's tools, and its resources, resource
+// templates, prompts and completions as the worker's offers (offers.go),
+// and re-registers them when the server sends a list_changed
+// notification. Every request the gateway routes to the worker is
+// forwarded: tools/call, resources/read, prompts/get, completion/complete,
+// resources/subscribe and unsubscribe. Each call is forwarded with the
 // client session's own fresh request id, never the MCP client's. When the
 // coordinator decides a cancel, the worker cancels the handler's context:
 // the SDK then sends the server notifications/cancelled naming the
@@ -88,6 +92,7 @@ type Adapter struct {
 
 	tokens progressRoutes
 	pool   *pool
+	subs   sharedSubs
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
@@ -137,6 +142,7 @@ func New(w *worker.Worker, opts Options) *Adapter {
 	if opts.Sessions == PerClient {
 		w.OnSessionEnd(a.pool.end)
 	}
+	w.OnSessionEnd(a.subs.forgetSession)
 	return a
 }
 
@@ -195,14 +201,17 @@ func (a *Adapter) Run(ctx context.Context) error {
 // connectOnce runs one connection to the server until it ends or ctx is
 // done.
 func (a *Adapter) connectOnce(ctx context.Context) error {
-	refresh := make(chan struct{}, 1)
-	opts := clientOptions(a, "")
-	opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) {
+	refresh, refreshOffers := make(chan struct{}, 1), make(chan struct{}, 1)
+	poke := func(ch chan struct{}) {
 		select {
-		case refresh <- struct{}{}:
+		case ch <- struct{}{}:
 		default:
 		}
 	}
+	opts := clientOptions(a, "")
+	opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { poke(refresh) }
+	opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { poke(refreshOffers) }
+	opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { poke(refreshOffers) }
 	conn, err := a.dial(ctx, a.newClient(opts), true)
 	if err != nil {
 		return err
@@ -210,6 +219,9 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 	ended := make(chan struct{})
 	go func() { conn.sess.Wait(); close(ended) }() // ends when conn is closed; waited below
 	defer func() { conn.close(); <-ended }()
+	if err := a.registerOffers(ctx, conn.sess); err != nil {
+		return err
+	}
 	if err := a.registerTools(ctx, conn.sess); err != nil {
 		return err
 	}
@@ -225,6 +237,10 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 		case <-refresh:
 			if err := a.registerTools(ctx, conn.sess); err != nil {
 				a.log.Warn("re-listing tools after tools/list_changed", "err", err)
+			}
+		case <-refreshOffers:
+			if err := a.registerOffers(ctx, conn.sess); err != nil {
+				a.log.Warn("re-listing resources and prompts after list_changed", "err", err)
 			}
 		}
 	}

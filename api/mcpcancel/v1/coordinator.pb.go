@@ -161,7 +161,13 @@ type BeginRequest struct {
 	// with initiator WORKER_LOST, is not itself a retry, and its tool is
 	// idempotent; never on the lost call's worker. Otherwise Begin fails
 	// with reason NOT_RETRYABLE.
-	RetryOf       string `protobuf:"bytes,6,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,6,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The MCP method; empty means tools/call. For other methods, tool names
+	// the target: the resource URI (resources/read, resources/subscribe,
+	// resources/unsubscribe), the prompt name (prompts/get), or, for
+	// completion/complete, "ref/prompt:" plus the prompt's name or
+	// "ref/resource:" plus the resource's URI or URI template.
+	Method        string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +240,13 @@ func (x *BeginRequest) GetTimeout() *durationpb.Duration {
 func (x *BeginRequest) GetRetryOf() string {
 	if x != nil {
 		return x.RetryOf
+	}
+	return ""
+}
+
+func (x *BeginRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
 	}
 	return ""
 }
@@ -1030,8 +1043,11 @@ type WorkerHello struct {
 	// not (an older one) keeps its lease for as long as its stream lives,
 	// which transport keepalive bounds.
 	SendsHeartbeats bool `protobuf:"varint,6,opt,name=sends_heartbeats,json=sendsHeartbeats,proto3" json:"sends_heartbeats,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Resources, resource templates and prompts the worker offers.
+	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerHello) Reset() {
@@ -1104,6 +1120,20 @@ func (x *WorkerHello) GetSendsHeartbeats() bool {
 		return x.SendsHeartbeats
 	}
 	return false
+}
+
+func (x *WorkerHello) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *WorkerHello) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 type HandlerStopped struct {
@@ -1266,9 +1296,12 @@ func (*Heartbeat) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
+// ToolsChanged is the worker's whole offer, after any of it changed.
 type ToolsChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	Offers        []*Offer               `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features              `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1306,6 +1339,20 @@ func (*ToolsChanged) Descriptor() ([]byte, []int) {
 func (x *ToolsChanged) GetTools() []*Tool {
 	if x != nil {
 		return x.Tools
+	}
+	return nil
+}
+
+func (x *ToolsChanged) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *ToolsChanged) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -1761,7 +1808,9 @@ type WorkerInfo struct {
 	Capacity int32                  `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Draining bool                   `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Calls whose handlers have not yet returned, as this replica sees them.
-	InFlight      int32 `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight      int32     `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1838,6 +1887,20 @@ func (x *WorkerInfo) GetInFlight() int32 {
 	return 0
 }
 
+func (x *WorkerInfo) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
 type ListToolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1875,8 +1938,12 @@ func (*ListToolsRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListToolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tools []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The union of the offers of live, undrained workers (one per kind and
+	// key), and of their features.
+	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1914,6 +1981,20 @@ func (*ListToolsResponse) Descriptor() ([]byte, []int) {
 func (x *ListToolsResponse) GetTools() []*Tool {
 	if x != nil {
 		return x.Tools
+	}
+	return nil
+}
+
+func (x *ListToolsResponse) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *ListToolsResponse) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -2307,9 +2388,13 @@ func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
+// WatchToolsResponse is the catalogue of live, undrained workers: tools,
+// offers and features, as ListToolsResponse.
 type WatchToolsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	Offers        []*Offer               `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features              `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2347,6 +2432,20 @@ func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
 func (x *WatchToolsResponse) GetTools() []*Tool {
 	if x != nil {
 		return x.Tools
+	}
+	return nil
+}
+
+func (x *WatchToolsResponse) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *WatchToolsResponse) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -3049,14 +3148,16 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
-	"\bretry_of\x18\x06 \x01(\tR\aretryOf\"\x8a\x02\n" +
+	"\bretry_of\x18\x06 \x01(\tR\aretryOf\x12\x16\n" +
+	"\x06method\x18\n" +
+	" \x01(\tR\x06method\"\x8a\x02\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
@@ -3113,23 +3214,29 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
 	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12G\n" +
 	"\fnotification\x182 \x01(\v2!.mcpcancel.v1.SessionNotificationH\x00R\fnotificationB\x05\n" +
-	"\x03msg\"\xc7\x01\n" +
+	"\x03msg\"\xa8\x02\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12(\n" +
 	"\x05tools\x18\x03 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12\x1a\n" +
 	"\bcapacity\x18\x04 \x01(\x05R\bcapacity\x12\x19\n" +
 	"\blease_id\x18\x05 \x01(\x03R\aleaseId\x12)\n" +
-	"\x10sends_heartbeats\x18\x06 \x01(\bR\x0fsendsHeartbeats\"d\n" +
+	"\x10sends_heartbeats\x18\x06 \x01(\bR\x0fsendsHeartbeats\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"d\n" +
 	"\x0eHandlerStopped\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\a\n" +
 	"\x05Drain\"\b\n" +
 	"\x06Detach\"\v\n" +
-	"\tHeartbeat\"8\n" +
+	"\tHeartbeat\"\x99\x01\n" +
 	"\fToolsChanged\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"\xbe\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xbe\x01\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
 	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x12A\n" +
@@ -3155,7 +3262,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x14\n" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
-	"\aworkers\x18\x01 \x03(\v2\x18.mcpcancel.v1.WorkerInfoR\aworkers\"\xb9\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x18.mcpcancel.v1.WorkerInfoR\aworkers\"\x9a\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -3163,10 +3270,16 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05tools\x18\x03 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12\x1a\n" +
 	"\bcapacity\x18\x04 \x01(\x05R\bcapacity\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x1b\n" +
-	"\tin_flight\x18\x06 \x01(\x05R\binFlight\"\x12\n" +
-	"\x10ListToolsRequest\"=\n" +
+	"\tin_flight\x18\x06 \x01(\x05R\binFlight\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\x12\n" +
+	"\x10ListToolsRequest\"\x9e\x01\n" +
 	"\x11ListToolsResponse\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"`\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"`\n" +
 	"\x0eGetCallRequest\x12\x19\n" +
 	"\acall_id\x18\x01 \x01(\tH\x00R\x06callId\x12)\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03keyB\b\n" +
@@ -3188,9 +3301,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"G\n" +
 	"\x12WatchAuditResponse\x121\n" +
 	"\x06record\x18\x01 \x01(\v2\x19.mcpcancel.v1.AuditRecordR\x06record\"\x13\n" +
-	"\x11WatchToolsRequest\">\n" +
+	"\x11WatchToolsRequest\"\x9f\x01\n" +
 	"\x12WatchToolsResponse\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"\x97\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\x97\x01\n" +
 	"\x12CancelScopeRequest\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
@@ -3341,9 +3457,11 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),             // 51: google.protobuf.Timestamp
 	(Initiator)(0),                            // 52: mcpcancel.v1.Initiator
 	(*Tool)(nil),                              // 53: mcpcancel.v1.Tool
-	(CallState)(0),                            // 54: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 55: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 56: mcpcancel.v1.AuditRecord
+	(*Offer)(nil),                             // 54: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 55: mcpcancel.v1.Features
+	(CallState)(0),                            // 56: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 57: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 58: mcpcancel.v1.AuditRecord
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	49, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -3373,69 +3491,79 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	16, // 24: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	19, // 25: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
 	53, // 26: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	51, // 27: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	53, // 28: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	21, // 29: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	22, // 30: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	20, // 31: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	50, // 32: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	50, // 33: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	54, // 34: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	52, // 35: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	25, // 36: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	53, // 37: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	53, // 38: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	49, // 39: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	55, // 40: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	51, // 41: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	56, // 42: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	51, // 43: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	56, // 44: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	53, // 45: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	52, // 46: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 47: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	38, // 48: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	50, // 49: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 50: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 51: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 52: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 53: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 54: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 55: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	23, // 56: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	26, // 57: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	28, // 58: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	30, // 59: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	32, // 60: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	34, // 61: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	36, // 62: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	39, // 63: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	41, // 64: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	43, // 65: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	45, // 66: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	47, // 67: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	3,  // 68: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 69: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 70: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 71: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 72: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 73: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 74: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 75: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 76: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 77: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 78: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 79: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 80: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 81: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 82: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 83: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 84: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	68, // [68:85] is the sub-list for method output_type
-	51, // [51:68] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	54, // 27: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	55, // 28: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	51, // 29: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	53, // 30: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	54, // 31: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	55, // 32: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	21, // 33: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	22, // 34: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	20, // 35: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	50, // 36: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	50, // 37: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	56, // 38: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	52, // 39: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	25, // 40: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	53, // 41: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	54, // 42: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	55, // 43: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	53, // 44: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	54, // 45: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	55, // 46: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	49, // 47: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	57, // 48: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	51, // 49: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	58, // 50: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	51, // 51: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	58, // 52: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	53, // 53: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	54, // 54: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	55, // 55: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	52, // 56: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 57: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	38, // 58: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	50, // 59: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 60: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 61: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 62: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 63: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 64: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 65: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	23, // 66: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	26, // 67: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	28, // 68: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	30, // 69: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	32, // 70: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	34, // 71: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	36, // 72: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	39, // 73: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	41, // 74: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	43, // 75: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	45, // 76: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	47, // 77: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	3,  // 78: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 79: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 80: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 81: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 82: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 83: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 84: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 85: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 86: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 87: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 88: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 89: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 90: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 91: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 92: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 93: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 94: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	78, // [78:95] is the sub-list for method output_type
+	61, // [61:78] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }

@@ -39,6 +39,12 @@ type ExecuteRequest struct {
 	// authenticated them. Never the token itself.
 	Principal string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
 	Scopes    []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The MCP method; empty means tools/call. tool then names the target as
+	// BeginRequest.tool does.
+	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
+	// The request's MCP params as the client sent them (without _meta), for
+	// methods other than tools/call.
+	ParamsJson []byte `protobuf:"bytes,11,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
 	// The client session the call belongs to: the scope of a 2025-era HTTP
 	// session or of a stdio connection; empty for a 2026-07-28 request,
 	// which has none. The upstream adapter keys per-client upstream
@@ -141,6 +147,20 @@ func (x *ExecuteRequest) GetPrincipal() string {
 func (x *ExecuteRequest) GetScopes() []string {
 	if x != nil {
 		return x.Scopes
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
 	}
 	return nil
 }
@@ -413,11 +433,16 @@ func (x *Progress) GetMessage() string {
 	return ""
 }
 
-// ExecuteResult carries the MCP CallToolResult, as JSON. Sent only after the
+// ExecuteResult carries the MCP result (a CallToolResult for tools/call), as JSON. Sent only after the
 // coordinator recorded the call COMPLETED.
 type ExecuteResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ResultJson    []byte                 `protobuf:"bytes,1,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ResultJson []byte                 `protobuf:"bytes,1,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	// A JSON-RPC error object ({code, message, data}) the handler answered
+	// with instead of a result, for methods other than tools/call (a
+	// resource or prompt that does not exist). The call completes; its
+	// audit outcome is tool_error.
+	ErrorJson     []byte `protobuf:"bytes,10,opt,name=error_json,json=errorJson,proto3" json:"error_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -455,6 +480,13 @@ func (*ExecuteResult) Descriptor() ([]byte, []int) {
 func (x *ExecuteResult) GetResultJson() []byte {
 	if x != nil {
 		return x.ResultJson
+	}
+	return nil
+}
+
+func (x *ExecuteResult) GetErrorJson() []byte {
+	if x != nil {
+		return x.ErrorJson
 	}
 	return nil
 }
@@ -571,7 +603,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x02\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8c\x03\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -581,7 +613,11 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bprogress\x18\x06 \x01(\bR\bprogress\x12\x16\n" +
 	"\x06worker\x18\a \x01(\tR\x06worker\x12\x1c\n" +
 	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06scopes\x18\t \x03(\tR\x06scopes\x12\x18\n" +
+	"\x06scopes\x18\t \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06method\x18\n" +
+	" \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\v \x01(\fR\n" +
+	"paramsJson\x12\x18\n" +
 	"\asession\x182 \x01(\tR\asession\x12\x1b\n" +
 	"\tlog_level\x183 \x01(\tR\blogLevel\"\x9e\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
@@ -599,10 +635,13 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"0\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"O\n" +
 	"\rExecuteResult\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\fR\n" +
-	"resultJson\"Z\n" +
+	"resultJson\x12\x1d\n" +
+	"\n" +
+	"error_json\x18\n" +
+	" \x01(\fR\terrorJson\"Z\n" +
 	"\tCancelled\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"W\n" +
