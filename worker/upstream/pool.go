@@ -121,24 +121,27 @@ func (p *pool) run(ctx context.Context) {
 }
 
 // get returns the connection of a client session, dialling it if need
-// be, and counts a call in flight on it until release.
-func (p *pool) get(ctx context.Context, key string) (*clientConn, func(), error) {
+// be, and counts a call in flight on it until release. A call that found
+// the server gone passes ErrServerGone to release: the connection is
+// dropped at once, so the session's next call starts a new one rather
+// than racing the watcher that notices the end.
+func (p *pool) get(ctx context.Context, key string) (*clientConn, func(error), error) {
 	cc, dial, err := p.take(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	release := func() { p.release(cc) }
+	release := func(err error) { p.release(cc, err) }
 	if dial {
 		p.dial(cc)
 	}
 	select {
 	case <-cc.ready:
 	case <-ctx.Done():
-		release()
+		release(nil)
 		return nil, nil, ctx.Err()
 	}
 	if cc.err != nil {
-		release()
+		release(nil)
 		return nil, nil, cc.err
 	}
 	return cc, release, nil
@@ -192,11 +195,14 @@ func (p *pool) removeLocked(cc *clientConn) {
 	cc.gone = true
 }
 
-func (p *pool) release(cc *clientConn) {
+func (p *pool) release(cc *clientConn, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cc.busy--
 	cc.last = time.Now()
+	if errors.Is(err, ErrServerGone) && !cc.gone {
+		p.removeLocked(cc) // its watcher closes it
+	}
 }
 
 // dial connects cc, on the adapter's context: a call that gives up does
@@ -341,11 +347,11 @@ func (c *conn) hasLogging() bool {
 
 // sessionFor is the upstream session a call runs on: its client session's
 // own in per-client mode, else the shared one. release ends the call's
-// use of it.
-func (a *Adapter) sessionFor(ctx context.Context, c *worker.Call) (*mcp.ClientSession, func(), error) {
+// use of it, with the call's error.
+func (a *Adapter) sessionFor(ctx context.Context, c *worker.Call) (*mcp.ClientSession, func(error), error) {
 	if a.opts.Sessions == Shared || c.Session() == "" {
 		s, err := a.session(ctx)
-		return s, func() {}, err
+		return s, func(error) {}, err
 	}
 	cc, release, err := a.pool.get(ctx, c.Session())
 	if err != nil {
