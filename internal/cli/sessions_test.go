@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
 	"os/exec"
+	"regexp"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -165,7 +168,13 @@ func goSession(t *testing.T, transport mcp.Transport, level string, subscribe bo
 	return r
 }
 
-// sameAnswers compares the answers two runs got, as JSON.
+// sessionIDs are the upstream session ids in server-everything's texts:
+// the direct and the gateway's runs have different ones.
+var sessionIDs = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+func modIDs(b []byte) []byte { return sessionIDs.ReplaceAll(b, []byte("<id>")) }
+
+// sameAnswers compares the answers two runs got, as JSON, modulo ids.
 func sameAnswers(t *testing.T, what string, direct, through sessionRun) {
 	t.Helper()
 	for req, want := range direct.Results {
@@ -174,7 +183,7 @@ func sameAnswers(t *testing.T, what string, direct, through sessionRun) {
 		json.Unmarshal(through.Results[req], &b)
 		ja, _ := json.Marshal(a)
 		jb, _ := json.Marshal(b)
-		if !bytes.Equal(ja, jb) {
+		if !bytes.Equal(modIDs(ja), modIDs(jb)) {
 			t.Errorf("%s: %s answered %s directly, %s through the gateway", what, req, ja, jb)
 		}
 	}
@@ -182,7 +191,7 @@ func sameAnswers(t *testing.T, what string, direct, through sessionRun) {
 		var out []string
 		for _, l := range r.Logs {
 			if bytes.HasPrefix([]byte(l.Data), []byte("Received Subscribe")) {
-				out = append(out, l.Level+" "+l.Data)
+				out = append(out, l.Level+" "+string(modIDs([]byte(l.Data))))
 			}
 		}
 		return out
@@ -205,46 +214,97 @@ func sameAnswers(t *testing.T, what string, direct, through sessionRun) {
 func TestDevUpstreamSessionsDifferential(t *testing.T) {
 	clients := nodetest.Install(t)
 	server := filepath.Join(clients, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
-	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0",
-		"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server))
-	p.waitLine(t, "coordinator: ")
-	url := p.waitLine(t, "mcp: ")
-	direct := []string{"--stdio", fmt.Sprintf("node '%s' stdio", server)}
-
-	ts := func(level string, subscribe, gw bool) sessionRun {
-		if gw {
-			return tsSession(t, []string{"--url", url}, level, subscribe)
-		}
-		return tsSession(t, direct, level, subscribe)
-	}
-	gosdk := func(level string, subscribe, gw bool) sessionRun {
-		if gw {
-			return goSession(t, &mcp.StreamableClientTransport{Endpoint: url}, level, subscribe)
-		}
-		return goSession(t, &mcp.CommandTransport{Command: nodeCommand(server)}, level, subscribe)
-	}
-	for _, c := range []struct {
-		name string
-		do   func(string, bool, bool) sessionRun
-	}{{"typescript-v1", ts}, {"go-sdk", gosdk}} {
-		t.Run(c.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			var sub, other, subDirect sessionRun
-			wg.Go(func() { sub = c.do("info", true, true) })
-			wg.Go(func() { other = c.do("emergency", false, true) })
-			wg.Go(func() { subDirect = c.do("info", true, false) })
-			wg.Wait()
-			if err := subDirect.check("info", true); err != nil {
-				t.Fatalf("directly, the subscriber: %v", err)
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			var upstream []string
+			var directTS []string
+			var directGo func() mcp.Transport
+			if transport == "stdio" {
+				upstream = []string{"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server)}
+				directTS = []string{"--stdio", fmt.Sprintf("node '%s' stdio", server)}
+				directGo = func() mcp.Transport { return &mcp.CommandTransport{Command: nodeCommand(server)} }
+			} else {
+				direct := httpEverything(t, server)
+				upstream = []string{"--upstream-http", direct}
+				directTS = []string{"--url", direct}
+				directGo = func() mcp.Transport { return &mcp.StreamableClientTransport{Endpoint: direct} }
 			}
-			if err := sub.check("info", true); err != nil {
-				t.Errorf("through the gateway, the subscriber: %v", err)
+			p := start(t, nil, append([]string{"dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0"}, upstream...)...)
+			p.waitLine(t, "coordinator: ")
+			url := p.waitLine(t, "mcp: ")
+			ts := func(level string, subscribe, gw bool) sessionRun {
+				if gw {
+					return tsSession(t, []string{"--url", url}, level, subscribe)
+				}
+				return tsSession(t, directTS, level, subscribe)
 			}
-			if err := other.check("emergency", false); err != nil {
-				t.Errorf("through the gateway, the other client: %v", err)
+			gosdk := func(level string, subscribe, gw bool) sessionRun {
+				if gw {
+					return goSession(t, &mcp.StreamableClientTransport{Endpoint: url}, level, subscribe)
+				}
+				return goSession(t, directGo(), level, subscribe)
 			}
-			sameAnswers(t, c.name, subDirect, sub)
+			for _, c := range []struct {
+				name string
+				do   func(string, bool, bool) sessionRun
+			}{{"typescript-v1", ts}, {"go-sdk", gosdk}} {
+				t.Run(c.name, func(t *testing.T) {
+					var wg sync.WaitGroup
+					var sub, other, subDirect sessionRun
+					wg.Go(func() { sub = c.do("info", true, true) })
+					wg.Go(func() { other = c.do("emergency", false, true) })
+					wg.Go(func() { subDirect = c.do("info", true, false) })
+					wg.Wait()
+					if err := subDirect.check("info", true); err != nil {
+						t.Fatalf("directly, the subscriber: %v", err)
+					}
+					if err := sub.check("info", true); err != nil {
+						t.Errorf("through the gateway, the subscriber: %v", err)
+					}
+					if err := other.check("emergency", false); err != nil {
+						t.Errorf("through the gateway, the other client: %v", err)
+					}
+					sameAnswers(t, c.name, subDirect, sub)
+				})
+			}
 		})
+	}
+}
+
+// httpEverything runs server-everything over Streamable HTTP and returns
+// its URL.
+func httpEverything(t *testing.T, server string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "node", server, "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() // reaped here; waited for in cleanup
+	t.Cleanup(func() { cancel(); <-exited })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr + "/mcp"
+		}
+		select {
+		case <-exited:
+			t.Fatal("server-everything exited")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server-everything did not listen")
+		}
 	}
 }
 
