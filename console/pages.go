@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 )
 
 const (
@@ -59,7 +59,7 @@ type decisionRow struct {
 }
 
 func newDecisionRow(r *pb.AuditRecord) decisionRow {
-	a := coordinator.AuditFromProto(r)
+	a := client.AuditFromProto(r)
 	d := decisionRow{
 		Key: a.CallID + "-" + a.Outcome, ID: a.CallID, Outcome: a.Outcome, Initiator: a.Initiator,
 		Tool: a.Tool, Principal: a.Principal, Worker: a.Worker, Reason: a.Reason, Settled: a.SettledAt, Stopped: "-",
@@ -70,13 +70,8 @@ func newDecisionRow(r *pb.AuditRecord) decisionRow {
 	return d
 }
 
-func requestID(id *pb.RequestId) string {
-	if t, ok := id.GetKind().(*pb.RequestId_Text); ok {
-		b, _ := json.Marshal(t.Text)
-		return string(b)
-	}
-	return fmt.Sprint(id.GetNumber())
-}
+// requestID renders a request id as its client sent it.
+func requestID(id *pb.RequestId) string { return string(client.RequestIDJSON(id)) }
 
 type page struct {
 	Title  string

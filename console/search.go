@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 )
 
 // Choices the search form offers.
@@ -39,9 +39,14 @@ func parseQuery(r *http.Request) query {
 	}
 }
 
-// request is the ListAudit request for what the coordinator filters.
+// request is the ListAudit request for the search: the coordinator
+// applies every filter. matches applies them again, as a coordinator
+// older than some of them ignores those.
 func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
-	req := &pb.ListAuditRequest{Tool: q.Tool, Outcome: q.Outcome}
+	req := &pb.ListAuditRequest{
+		Tool: q.Tool, Outcome: q.Outcome, Principal: q.Principal, Method: q.Method,
+		Initiator: client.InitiatorFromName(q.Initiator), CallIdPrefix: q.Call,
+	}
 	if q.Since != "" {
 		d, err := time.ParseDuration(q.Since)
 		if err != nil || d < 0 {
@@ -52,16 +57,13 @@ func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
 	if strings.Trim(q.Call, "0123456789abcdef") != "" || len(q.Call) > 32 {
 		return nil, errors.New("call is a call id or its start, in hex")
 	}
-	if len(q.Call) == 32 {
-		req.CallId = q.Call
-	}
 	return req, nil
 }
 
 func (q query) matches(r *pb.AuditRecord) bool {
 	return strings.HasPrefix(r.GetCallId(), q.Call) &&
 		(q.Method == "" || recordMethod(r) == q.Method) &&
-		(q.Initiator == "" || coordinator.InitiatorName(r.GetInitiator()) == q.Initiator) &&
+		(q.Initiator == "" || client.InitiatorName(r.GetInitiator()) == q.Initiator) &&
 		(q.Principal == "" || r.GetPrincipal() == q.Principal)
 }
 
@@ -154,10 +156,13 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	if call.GetRetryOf() != "" {
 		steps = append(steps, step{"retry of", nil, call.GetRetryOf()})
 	}
+	if call.GetTraceId() != "" {
+		steps = append(steps, step{"trace", nil, "trace id " + call.GetTraceId() + " (look it up in your tracing backend)"})
+	}
 	var decided *pb.AuditRecord
 	for _, rec := range recs {
 		if rec.GetOutcome() == "cancel_lost" {
-			steps = append(steps, step{"cancel asked (too late)", tsPtr(rec.GetSettledAt()), "by " + coordinator.InitiatorName(rec.GetInitiator()) + ": " + orDash(rec.GetReason())})
+			steps = append(steps, step{"cancel asked (too late)", tsPtr(rec.GetSettledAt()), "by " + client.InitiatorName(rec.GetInitiator()) + ": " + orDash(rec.GetReason())})
 			continue
 		}
 		decided = rec
@@ -165,7 +170,7 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	if decided == nil {
 		return append(steps, step{"decided", nil, "not yet: the call is running"})
 	}
-	who := coordinator.InitiatorName(decided.GetInitiator())
+	who := client.InitiatorName(decided.GetInitiator())
 	if decided.GetOutcome() == "cancelled" {
 		steps = append(steps, step{"cancel asked", nil, "by " + who + "; the coordinator records no time apart from the decision"})
 	}

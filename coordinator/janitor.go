@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -15,11 +16,12 @@ import (
 // workers whose lease expired, and does so while it leads.
 func (s *Server) runJanitor(ctx context.Context) error {
 	ttl := int(max(time.Second, s.opts.LeaseTTL) / time.Second)
+	retry := backoff.Backoff{Min: s.opts.LeaseTTL / 4}
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 		if err != nil {
 			s.log.Warn("janitor: no session", "err", err)
-			backoff(ctx, s.opts.LeaseTTL/4)
+			retry.Wait(ctx)
 			continue
 		}
 		el := concurrency.NewElection(sess, s.keys.election())

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 )
 
 // workerInfo is the value of workers/<worker>.
@@ -278,6 +279,7 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 	v.mu.Lock()
 	rev := v.rev
 	v.mu.Unlock()
+	retry := backoff.Backoff{Min: 50 * time.Millisecond}
 	for {
 		compacted := false
 		wch := v.s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
@@ -296,7 +298,7 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 			rev = max(rev, resp.Header.Revision)
 		}
 		v.s.health.watch(prefix, false)
-		if err := backoff(ctx, 50*time.Millisecond); err != nil {
+		if err := retry.Wait(ctx); err != nil {
 			return err
 		}
 		if compacted {
@@ -308,18 +310,6 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 			rev = v.rev
 			v.mu.Unlock()
 		}
-	}
-}
-
-// backoff waits d or until ctx is done, for retry loops.
-func backoff(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

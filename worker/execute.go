@@ -49,6 +49,7 @@ type execution struct {
 	anySent    bool
 	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
 	cancelTime time.Time // when the context was first cancelled
+	stoppedAt  time.Time // when the handler returned; zero while it runs
 }
 
 // Execute implements WorkerService.Execute.
@@ -89,8 +90,10 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		e.markCancelled()
 		close(cancelSeen)
 	})
-	res, herr := runHandler(ctx, run, call)
+	hctx, span := startHandlerSpan(ctx, req) // trace.go
+	res, herr := runHandler(hctx, run, call)
 	stoppedAt := time.Now()
+	endHandlerSpan(ctx, span, res.spanResult(), herr, stoppedAt)
 	if !stopWatch() { // the context was cancelled; its callback has started
 		<-cancelSeen
 		w.metrics.stopped(e.cancelledAt(), stoppedAt)
@@ -163,7 +166,14 @@ func (w *Worker) stopCall(o *pb.StopCall) {
 		w.ctrl.reportStopped(o.GetCallId(), time.Now())
 		return
 	}
-	e.stopBy(o, errStopped)
+	if at := e.stopBy(o, errStopped); !at.IsZero() {
+		// The handler has returned and the call is being settled; the
+		// order says someone else decided it. The settle reports the stop
+		// when it gets through, but it may not (it gives up after
+		// settleTimeout), and then nothing would clear the order: say now
+		// that the handler stopped. A second report is harmless.
+		w.ctrl.reportStopped(o.GetCallId(), at)
+	}
 }
 
 // abandonAll cancels every call after the worker lost its lease: the
@@ -176,7 +186,9 @@ func (w *Worker) abandonAll() {
 	}
 }
 
-func (e *execution) stopBy(o *pb.StopCall, cause error) {
+// stopBy stops the call for o and returns when its handler returned, or
+// zero if it still runs.
+func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 	e.markCancelled()
 	e.mu.Lock()
 	if e.state == running {
@@ -185,8 +197,10 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) {
 	if e.order == nil {
 		e.order = o
 	}
+	at := e.stoppedAt
 	e.mu.Unlock()
 	e.cancel(cause)
+	return at
 }
 
 func (e *execution) shutdown() {
@@ -258,6 +272,7 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 	if e.state == running {
 		e.state = settling
 	}
+	e.stoppedAt = stoppedAt
 	order := e.order
 	e.mu.Unlock()
 	cause := context.Cause(ctx)
@@ -403,13 +418,26 @@ func (w *Worker) settle(ctx context.Context, rpc func(context.Context) error) er
 		// Each attempt has its own deadline: a reply lost on the way back
 		// must not hold the call until settleTimeout, when a retry would be
 		// recognised as the decision that already won.
+		gen := w.conn.Gen()
 		actx, acancel := context.WithTimeout(ctx, settleAttemptTimeout)
 		err := rpc(actx)
+		unanswered := actx.Err() != nil && ctx.Err() == nil // its own deadline passed
 		acancel()
 		if err == nil {
 			return nil
 		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		switch c := status.Code(err); {
+		case c == codes.DeadlineExceeded && unanswered:
+			// A commit takes milliseconds: a link that answers nothing in
+			// this long has likely lost its replies, and every retry on it
+			// would wait as long until keepalive gives up (15 s). Retry
+			// on fresh sockets; the retry of a decision that won is
+			// recognised as won.
+			w.redial(gen, errors.New("a settle attempt went unanswered"))
+		case c == codes.Unavailable, c == codes.DeadlineExceeded:
+		case c == codes.Canceled && ctx.Err() == nil:
+			// Cut off by a redial, here or by another call's settle.
+		default:
 			w.log.Error("settling call", "err", err)
 			return status.Errorf(codes.Internal, "could not settle the call: %v", status.Convert(err).Message())
 		}

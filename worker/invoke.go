@@ -126,3 +126,12 @@ func metricTarget(c *Call) string {
 	}
 	return c.Method
 }
+
+// spanResult is what the handler's span records of the answer: whether it
+// was the handler's own error.
+func (a *answer) spanResult() *Result {
+	if a == nil {
+		return nil
+	}
+	return &Result{IsError: a.toolError}
+}

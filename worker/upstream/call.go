@@ -73,6 +73,7 @@ func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.
 		p.SetProgressToken(r.token)
 	}
 	setLogLevel(p, c.LogLevel())
+	withTrace(ctx, p) // trace.go
 	res, err := s.CallTool(ctx, p)
 	switch {
 	case err == nil:

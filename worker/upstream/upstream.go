@@ -32,6 +32,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
@@ -180,7 +181,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	pooled := make(chan struct{})
 	go func() { a.pool.run(ctx); close(pooled) }() // ends with ctx; waited below
 	defer func() { <-pooled }()
-	wait := a.opts.MinBackoff
+	retry := backoff.Backoff{Min: a.opts.MinBackoff, Max: a.opts.MaxBackoff}
 	for {
 		start := time.Now()
 		err := a.connectOnce(ctx)
@@ -188,13 +189,13 @@ func (a *Adapter) Run(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(start) > 10*a.opts.MaxBackoff {
-			wait = a.opts.MinBackoff
+			retry.Reset()
 		}
+		wait := retry.Next()
 		a.log.Warn("upstream MCP server disconnected; reconnecting", "err", err, "in", wait)
-		if !sleepCtx(ctx, wait) {
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
-		wait = min(2*wait, a.opts.MaxBackoff)
 	}
 }
 
@@ -280,17 +281,5 @@ func (a *Adapter) session(ctx context.Context) (*mcp.ClientSession, error) {
 		case <-t.C:
 			return nil, fmt.Errorf("%w: not connected after %v", ErrUnavailable, a.opts.ConnectWait)
 		}
-	}
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

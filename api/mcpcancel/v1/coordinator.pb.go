@@ -1363,6 +1363,7 @@ type AttachResponse struct {
 	//
 	//	*AttachResponse_Attached
 	//	*AttachResponse_Stop
+	//	*AttachResponse_Heartbeat
 	//	*AttachResponse_SessionEnded
 	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
@@ -1424,6 +1425,15 @@ func (x *AttachResponse) GetStop() *StopCall {
 	return nil
 }
 
+func (x *AttachResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 func (x *AttachResponse) GetSessionEnded() *SessionEnded {
 	if x != nil {
 		if x, ok := x.Msg.(*AttachResponse_SessionEnded); ok {
@@ -1445,6 +1455,13 @@ type AttachResponse_Stop struct {
 	Stop *StopCall `protobuf:"bytes,2,opt,name=stop,proto3,oneof"`
 }
 
+type AttachResponse_Heartbeat struct {
+	// The answer to each of the worker's heartbeats. A worker that stops
+	// hearing them while it sends knows its link is half-dead (replies
+	// lost, stop orders with them) and reconnects on a fresh one.
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
 type AttachResponse_SessionEnded struct {
 	// A client session ended: the worker may release what it kept for it.
 	SessionEnded *SessionEnded `protobuf:"bytes,50,opt,name=session_ended,json=sessionEnded,proto3,oneof"`
@@ -1453,6 +1470,8 @@ type AttachResponse_SessionEnded struct {
 func (*AttachResponse_Attached) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Stop) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Heartbeat) isAttachResponse_Msg() {}
 
 func (*AttachResponse_SessionEnded) isAttachResponse_Msg() {}
 
@@ -1582,8 +1601,10 @@ type Attached struct {
 	// How often the worker must send something (a Heartbeat when it has
 	// nothing else) for its lease to be kept alive.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The coordinator answers every Heartbeat with one of its own.
+	EchoesHeartbeats bool `protobuf:"varint,6,opt,name=echoes_heartbeats,json=echoesHeartbeats,proto3" json:"echoes_heartbeats,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Attached) Reset() {
@@ -1649,6 +1670,13 @@ func (x *Attached) GetHeartbeatInterval() *durationpb.Duration {
 		return x.HeartbeatInterval
 	}
 	return nil
+}
+
+func (x *Attached) GetEchoesHeartbeats() bool {
+	if x != nil {
+		return x.EchoesHeartbeats
+	}
+	return false
 }
 
 // StopCall orders the worker to stop a call that was settled without it.
@@ -2133,8 +2161,18 @@ type ListAuditRequest struct {
 	Tool    string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	Outcome string                 `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// At most this many records (default 100, maximum 1000).
-	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only records of calls by this principal.
+	Principal string `protobuf:"bytes,40,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Only records decided by this initiator (cancel_lost: who asked).
+	Initiator Initiator `protobuf:"varint,41,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	// Only records of calls of this MCP method, e.g. "tools/call".
+	Method string `protobuf:"bytes,42,opt,name=method,proto3" json:"method,omitempty"`
+	// Only records of calls whose id starts with this (lower-case hex).
+	CallIdPrefix string `protobuf:"bytes,43,opt,name=call_id_prefix,json=callIdPrefix,proto3" json:"call_id_prefix,omitempty"`
+	// Only records settled before this time.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=until,proto3" json:"until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2209,6 +2247,41 @@ func (x *ListAuditRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListAuditRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *ListAuditRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetCallIdPrefix() string {
+	if x != nil {
+		return x.CallIdPrefix
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
 }
 
 type ListAuditResponse struct {
@@ -3236,10 +3309,11 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
 	"\x06offers\x18\n" +
 	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
-	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xbe\x01\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xf7\x01\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
-	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x12A\n" +
+	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12A\n" +
 	"\rsession_ended\x182 \x01(\v2\x1a.mcpcancel.v1.SessionEndedH\x00R\fsessionEndedB\x05\n" +
 	"\x03msg\"h\n" +
 	"\x13SessionNotification\x12\x18\n" +
@@ -3248,13 +3322,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\vparams_json\x18\x03 \x01(\fR\n" +
 	"paramsJson\"(\n" +
 	"\fSessionEnded\x12\x18\n" +
-	"\asession\x18\x01 \x01(\tR\asession\"\xe3\x01\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\x90\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
-	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xa1\x01\n" +
+	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12+\n" +
+	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
@@ -3285,7 +3360,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03keyB\b\n" +
 	"\x06target\"9\n" +
 	"\x0fGetCallResponse\x12&\n" +
-	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\xc7\x01\n" +
+	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\x8c\x03\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
@@ -3293,7 +3368,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tprincipal\x18( \x01(\tR\tprincipal\x125\n" +
+	"\tinitiator\x18) \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
+	"\x06method\x18* \x01(\tR\x06method\x12$\n" +
+	"\x0ecall_id_prefix\x18+ \x01(\tR\fcallIdPrefix\x120\n" +
+	"\x05until\x18, \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"p\n" +
 	"\x11ListAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.mcpcancel.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
@@ -3499,71 +3579,74 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	55, // 32: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
 	21, // 33: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
 	22, // 34: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	20, // 35: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	50, // 36: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	50, // 37: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	56, // 38: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	52, // 39: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	25, // 40: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	53, // 41: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	54, // 42: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	55, // 43: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	53, // 44: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	54, // 45: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	55, // 46: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	49, // 47: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	57, // 48: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	51, // 49: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	58, // 50: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	51, // 51: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	58, // 52: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	53, // 53: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	54, // 54: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	55, // 55: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	52, // 56: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 57: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	38, // 58: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	50, // 59: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 60: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 61: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 62: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 63: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 64: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 65: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	23, // 66: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	26, // 67: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	28, // 68: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	30, // 69: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	32, // 70: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	34, // 71: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	36, // 72: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	39, // 73: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	41, // 74: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	43, // 75: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	45, // 76: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	47, // 77: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	3,  // 78: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 79: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 80: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 81: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 82: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 83: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 84: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 85: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 86: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 87: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 88: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 89: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 90: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 91: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 92: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 93: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 94: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	78, // [78:95] is the sub-list for method output_type
-	61, // [61:78] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	16, // 35: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	20, // 36: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	50, // 37: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	50, // 38: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	56, // 39: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	52, // 40: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	25, // 41: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	53, // 42: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	54, // 43: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	55, // 44: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	53, // 45: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	54, // 46: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	55, // 47: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	49, // 48: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	57, // 49: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	51, // 50: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	52, // 51: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 52: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	58, // 53: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	51, // 54: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	58, // 55: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	53, // 56: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	54, // 57: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	55, // 58: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	52, // 59: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 60: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	38, // 61: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	50, // 62: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 63: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 64: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 65: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 66: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 67: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 68: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	23, // 69: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	26, // 70: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	28, // 71: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	30, // 72: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	32, // 73: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	34, // 74: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	36, // 75: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	39, // 76: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	41, // 77: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	43, // 78: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	45, // 79: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	47, // 80: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	3,  // 81: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 82: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 83: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 84: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 85: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 86: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 87: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 88: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 89: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 90: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 91: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 92: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 93: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 94: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 95: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 96: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 97: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	81, // [81:98] is the sub-list for method output_type
+	64, // [64:81] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3588,6 +3671,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
+		(*AttachResponse_Heartbeat)(nil),
 		(*AttachResponse_SessionEnded)(nil),
 	}
 	file_mcpcancel_v1_coordinator_proto_msgTypes[26].OneofWrappers = []any{

@@ -460,7 +460,10 @@ type Call struct {
 	// The MCP method (tools/call, resources/read, prompts/get, ...); tool
 	// then names its target. Empty in records written before methods were
 	// recorded, which are all tools/call.
-	Method        string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The W3C trace id (32 hex digits) of the trace the call ran in, when
+	// its gateway passed trace context; empty otherwise.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +603,13 @@ func (x *Call) GetMethod() string {
 	return ""
 }
 
+func (x *Call) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 // AuditRecord is one audited decision. Its JSON form (snake_case field
 // names, request_id as the client sent it) is the export format.
 type AuditRecord struct {
@@ -623,7 +633,9 @@ type AuditRecord struct {
 	// The call this one retries, if it is a retry.
 	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	// The MCP method; tool names its target (see Call.method).
-	Method        string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,6 +771,13 @@ func (x *AuditRecord) GetRetryOf() string {
 func (x *AuditRecord) GetMethod() string {
 	if x != nil {
 		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
 	}
 	return ""
 }
@@ -925,7 +944,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\xa5\x04\n" +
+	"idempotent\"\xc0\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -943,7 +962,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
-	"\x06method\x18\x0f \x01(\tR\x06method\"\xa9\x04\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\xc4\x04\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -963,7 +983,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
-	"\x06method\x18\x0f \x01(\tR\x06method\"Z\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"Z\n" +
 	"\x05Offer\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
