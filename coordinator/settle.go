@@ -168,17 +168,13 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		}
 		return nil, etcdErr(ctx, "settle", err)
 	}
+	s.running.remove(rec.CallID) // won, or its guard failed: not running at this fence
 	if !resp.Succeeded {
-		s.running.remove(rec.CallID)
 		cur := resp.Responses[0].GetResponseRange().Kvs
 		if len(cur) == 0 {
 			return nil, fmt.Errorf("%w: call %s", ErrUnknownCall, rec.CallID)
 		}
 		return cur[0], nil
-	}
-	s.running.remove(rec.CallID)
-	if d.stoppedAt != nil || d.ownerGone {
-		s.view.removeOwner(rec.Worker, rec.CallID)
 	}
 	s.metrics.decisions.WithLabelValues(d.state).Inc()
 	return nil, nil

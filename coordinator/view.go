@@ -73,9 +73,13 @@ type workerEntry struct {
 type view struct {
 	s *Server
 
-	mu       sync.Mutex
-	rev      int64 // revision the view was loaded at
-	workers  map[string]*workerEntry
+	mu      sync.Mutex
+	rev     int64 // revision the view was loaded at
+	workers map[string]*workerEntry
+	// owners holds the calls whose owner key exists (handler not yet
+	// returned), and inflight counts them per worker. Removal, the one
+	// rule: an entry leaves when the owners/ watch shows its key deleted
+	// (or a reload after compaction no longer finds it).
 	owners   map[string]string // call id -> worker
 	inflight map[string]int    // worker -> running handlers
 	changed  chan struct{}     // closed when workers change, then replaced
