@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -15,7 +16,7 @@ import (
 // whichever coordinator replica heard them, to the sessions this replica
 // holds a notification stream for.
 func (g *Gateway) followNotifications(ctx context.Context) {
-	wait := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := g.watchNotifications(ctx)
@@ -24,15 +25,9 @@ func (g *Gateway) followNotifications(ctx context.Context) {
 		}
 		g.log.Warn("session notification watch ended; retrying", "err", err)
 		if time.Since(start) > 5*time.Second {
-			wait = 50 * time.Millisecond
+			retry.Reset()
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(2*wait, 2*time.Second)
+		retry.Wait(ctx)
 	}
 }
 
