@@ -59,6 +59,7 @@ type Server struct {
 	stops     *stopBatcher
 	commits   *committer
 	attached  *attachments
+	notes     noteWatchers
 	metrics   *metrics
 	health    *healthState
 
@@ -138,6 +139,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
+	g.Go(func() error { return s.watchNotes(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
 	g.Go(func() error { return s.commits.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })

@@ -150,6 +150,9 @@ func New(opts Options) *Gateway {
 // Run follows the coordinator's tool list and tells clients when it
 // changes, until ctx is done.
 func (g *Gateway) Run(ctx context.Context) error {
+	notes := make(chan struct{})
+	go func() { g.followNotifications(ctx); close(notes) }() // ends with ctx; waited below
+	defer func() { <-notes }()
 	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		err := g.watchTools(ctx)

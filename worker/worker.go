@@ -103,6 +103,7 @@ type Worker struct {
 	running  sync.WaitGroup // handlers
 
 	ctrl    *control
+	hooks   sessionHooks
 	metrics *metrics
 	conn    *dial.Conn // redialled when found half-dead (see redial)
 	coord   pb.CoordinatorServiceClient
