@@ -2333,10 +2333,13 @@ type Session struct {
 	Principal       string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	ProtocolVersion string                 `protobuf:"bytes,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// The gateway replica that opened it.
-	Gateway       string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gateway   string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The capabilities the client declared in initialize (JSON), so that
+	// every replica knows what it may send the client.
+	ClientCapabilitiesJson []byte `protobuf:"bytes,20,opt,name=client_capabilities_json,json=clientCapabilitiesJson,proto3" json:"client_capabilities_json,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -2400,6 +2403,13 @@ func (x *Session) GetGateway() string {
 func (x *Session) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Session) GetClientCapabilitiesJson() []byte {
+	if x != nil {
+		return x.ClientCapabilitiesJson
 	}
 	return nil
 }
@@ -2829,7 +2839,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"N\n" +
 	"\x13CancelScopeResponse\x12\x1c\n" +
 	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\x12\x19\n" +
-	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\xc6\x01\n" +
+	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\x80\x02\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -2837,7 +2847,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x03 \x01(\tR\x0fprotocolVersion\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"r\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x128\n" +
+	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\"r\n" +
 	"\x12OpenSessionRequest\x12/\n" +
 	"\asession\x18\x01 \x01(\v2\x15.mcpcancel.v1.SessionR\asession\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x15\n" +
