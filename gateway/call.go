@@ -39,6 +39,8 @@ type call struct {
 	stopExec context.CancelFunc
 	relayed  bool // a progress or log notification of the call reached the client
 	retried  bool // the call was placed once more after its worker was lost
+
+	toward toward // requests toward the client (outbound.go)
 }
 
 func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
@@ -66,6 +68,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 		return
 	}
 	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
+	c.toward.caps = s.capabilitiesFor(m.Params)
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -76,6 +79,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	}
 	defer s.unregister(c)
 	c.run(p)
+	s.endChildren(c)
 	// The response is on the wire before the call counts as done, so a
 	// shutdown that waits for calls closes no stream ahead of an answer.
 	reply.flush()
@@ -259,6 +263,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
+		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope,
 	})
 	if err != nil {
 		return c.lost(begun, err)
@@ -282,6 +287,10 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 			c.progress(e.Progress)
 		case *pb.ExecuteResponse_Log:
 			c.log(e.Log)
+		case *pb.ExecuteResponse_ClientRequest:
+			c.askClient(wc, begun, e.ClientRequest)
+		case *pb.ExecuteResponse_ClientRequestEnd:
+			c.clientRequestEnded(begun.GetCallId(), e.ClientRequestEnd)
 		case *pb.ExecuteResponse_Result:
 			raw := json.RawMessage(e.Result.GetResultJson())
 			c.setOutcome(resultOutcome(raw))

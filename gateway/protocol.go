@@ -117,7 +117,8 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 }
 
 type initializeParams struct {
-	ProtocolVersion string `json:"protocolVersion"`
+	ProtocolVersion string          `json:"protocolVersion"`
+	Capabilities    json.RawMessage `json:"capabilities"`
 }
 
 // initialize answers with the client's version if we speak it, else our
@@ -134,6 +135,7 @@ func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
 	}
 	s.mu.Lock()
 	s.version = v
+	s.clientCaps = p.Capabilities
 	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
