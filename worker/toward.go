@@ -127,6 +127,9 @@ func (c *Call) Request(ctx context.Context, method string, params json.RawMessag
 	if c.exec == nil {
 		return nil, ErrCallEnded
 	}
+	if len(params) == 0 || string(params) == "null" {
+		params = json.RawMessage(`{}`) // params are an object, when present
+	}
 	if err := c.exec.toward.declared(method, params); err != nil {
 		return nil, err
 	}

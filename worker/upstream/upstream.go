@@ -78,6 +78,7 @@ type Adapter struct {
 	sem  chan struct{} // nil when unbounded
 
 	tokens progressRoutes
+	calls  inflight // for requests toward the client (toward.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
@@ -173,8 +174,8 @@ func (a *Adapter) Run(ctx context.Context) error {
 func (a *Adapter) connectOnce(ctx context.Context) error {
 	refresh := make(chan struct{}, 1)
 	opts := &mcp.ClientOptions{
-		// No roots, sampling or elicitation: the adapter has none to offer.
-		Capabilities: &mcp.ClientCapabilities{},
+		// Sampling, elicitation and roots are the calls' clients' (toward.go).
+		Capabilities: towardCapabilities(),
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			select {
 			case refresh <- struct{}{}:
@@ -186,6 +187,7 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 	// goroutine of its own, after the result it preceded. The transport
 	// relays it in wire order instead (inWireOrder, tapProgress).
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
+	client.AddReceivingMiddleware(a.relayToClient)
 	conn, err := a.dial(ctx, client)
 	if err != nil {
 		return err
