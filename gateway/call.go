@@ -69,6 +69,10 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	}
 	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
 	c.toward.caps = s.capabilitiesFor(m.Params)
+	if e := c.openRound(m.Params, p); e != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
+		return
+	}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -263,7 +267,7 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
-		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope,
+		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope, InputResponses: c.toward.round.inputs,
 	})
 	if err != nil {
 		return c.lost(begun, err)

@@ -42,6 +42,10 @@ type outReq struct {
 type toward struct {
 	caps json.RawMessage // the capabilities the client declared
 	wg   sync.WaitGroup  // refusals on their way to the worker
+
+	tool  string          // 2026-07-28: what requestState is bound to (mrtr.go)
+	args  json.RawMessage //
+	round round           // 2026-07-28 multi round-trip requests (mrtr.go)
 }
 
 func outboundID(callID string, seq int64) jsonrpc.ID {

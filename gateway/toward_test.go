@@ -27,6 +27,12 @@ import (
 // their client, and n gateways.
 func towardStack(t *testing.T, n int) ([]*gateway.Gateway, []string) {
 	t.Helper()
+	return towardStackWith(t, make([]gateway.Options, n)...)
+}
+
+// towardStackWith starts one gateway per options.
+func towardStackWith(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string) {
+	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
 	c := coord.Client(t)
@@ -37,8 +43,8 @@ func towardStack(t *testing.T, n int) ([]*gateway.Gateway, []string) {
 	})
 	var gs []*gateway.Gateway
 	var urls []string
-	for range n {
-		g, url := testcluster.StartGateway(t, c, gateway.Options{})
+	for _, o := range opts {
+		g, url := testcluster.StartGateway(t, c, o)
 		gs, urls = append(gs, g), append(urls, url)
 	}
 	return gs, urls

@@ -52,6 +52,7 @@ type towardState struct {
 	mu      sync.Mutex
 	next    int64
 	pending map[int64]chan answer
+	inputs  map[string]json.RawMessage // 2026-07-28 answers of earlier rounds, by key
 }
 
 type answer struct {
@@ -63,6 +64,12 @@ func (t *towardState) init(ctx context.Context, req *pb.ExecuteRequest) {
 	t.ctx, t.scope = ctx, req.GetScope()
 	if b := req.GetClientCapabilitiesJson(); len(b) > 0 {
 		json.Unmarshal(b, &t.caps)
+	}
+	for k, v := range req.GetInputResponses() {
+		if t.inputs == nil {
+			t.inputs = map[string]json.RawMessage{}
+		}
+		t.inputs[k] = v
 	}
 }
 
@@ -130,10 +137,73 @@ func (c *Call) Request(ctx context.Context, method string, params json.RawMessag
 	if len(params) == 0 || string(params) == "null" {
 		params = json.RawMessage(`{}`) // params are an object, when present
 	}
-	if err := c.exec.toward.declared(method, params); err != nil {
-		return nil, err
+	a := c.exec.prepare(ctx, method, params)
+	c.exec.sendAsked(ctx, a, method, params, false)
+	return c.exec.wait(ctx, a)
+}
+
+// Input is one request of AskAll.
+type Input struct {
+	// Key names the request for 2026-07-28 clients (see WithInputKey);
+	// empty means its number in the call.
+	Key    string
+	Method string
+	// Params is the request's params, a JSON object.
+	Params json.RawMessage
+}
+
+// AskAll sends the client several requests at once and waits for every
+// answer; answers[i] or errs[i] is request i's. A 2026-07-28 client gets
+// them in one input_required result.
+func (c *Call) AskAll(ctx context.Context, inputs ...Input) (answers []json.RawMessage, errs []error) {
+	answers, errs = make([]json.RawMessage, len(inputs)), make([]error, len(inputs))
+	if c.exec == nil {
+		for i := range errs {
+			errs[i] = ErrCallEnded
+		}
+		return answers, errs
 	}
-	return c.exec.request(ctx, method, params)
+	as := make([]*asked, len(inputs))
+	ctxs := make([]context.Context, len(inputs))
+	last := -1
+	for i, in := range inputs {
+		if len(in.Params) == 0 || string(in.Params) == "null" {
+			inputs[i].Params = json.RawMessage(`{}`)
+		}
+		ctxs[i] = ctx
+		if in.Key != "" {
+			ctxs[i] = WithInputKey(ctx, in.Key)
+		}
+		as[i] = c.exec.prepare(ctxs[i], in.Method, inputs[i].Params)
+		if as[i].ch != nil {
+			last = i
+		}
+	}
+	for i, in := range inputs {
+		c.exec.sendAsked(ctxs[i], as[i], in.Method, in.Params, i < last)
+	}
+	for i := range inputs {
+		answers[i], errs[i] = c.exec.wait(ctx, as[i])
+	}
+	return answers, errs
+}
+
+type inputKeyCtx struct{}
+
+// WithInputKey names the requests toward the client made with ctx: a
+// 2026-07-28 client sees key in the inputRequests of an input_required
+// result and answers under it when it retries the call. Without a key a
+// request is named by its number in the call, which is the same in every
+// round as long as the handler asks in the same order.
+func WithInputKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, inputKeyCtx{}, key)
+}
+
+func inputKey(ctx context.Context, seq int64) string {
+	if k, ok := ctx.Value(inputKeyCtx{}).(string); ok && k != "" {
+		return k
+	}
+	return fmt.Sprintf("input-%d", seq)
 }
 
 // declared checks the client declared what method needs.
@@ -195,42 +265,76 @@ func cut(s string) (string, string, bool) {
 	return s, "", false
 }
 
-// request sends one request up the stream and waits for its answer, for
-// ctx, or for the call's end, whichever comes first.
-func (e *execution) request(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+// asked is one request toward the client: answered from the call's
+// input responses, refused, or sent and awaiting its answer.
+type asked struct {
+	seq    int64
+	ch     chan answer // nil when answered already
+	answer answer
+}
+
+// prepare numbers a request and, unless the call's input responses
+// answer it (2026-07-28 retries), registers it as pending.
+func (e *execution) prepare(ctx context.Context, method string, params json.RawMessage) *asked {
 	t := &e.toward
-	ch := make(chan answer, 1)
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.next++
-	seq := t.next
+	a := &asked{seq: t.next}
+	key := inputKey(ctx, a.seq)
+	if r, ok := t.inputs[key]; ok {
+		delete(t.inputs, key) // one answer per request
+		a.answer = answer{result: r}
+		return a
+	}
+	if err := t.declared(method, params); err != nil {
+		a.answer = answer{err: err}
+		return a
+	}
+	a.ch = make(chan answer, 1)
 	if t.pending == nil {
 		t.pending = map[int64]chan answer{}
 	}
-	t.pending[seq] = ch
-	t.mu.Unlock()
+	t.pending[a.seq] = a.ch
+	return a
+}
+
+// sendAsked sends a prepared request up the stream; more says others follow
+// at once.
+func (e *execution) sendAsked(ctx context.Context, a *asked, method string, params json.RawMessage, more bool) {
+	if a.ch == nil {
+		return
+	}
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequest{ClientRequest: &pb.ClientRequest{
-		Seq: seq, Method: method, ParamsJson: params,
-	}}}) {
-		t.take(seq)
-		return nil, ErrCallEnded
+		Seq: a.seq, Method: method, ParamsJson: params, Key: inputKey(ctx, a.seq), More: more,
+	}}}) && e.toward.take(a.seq) {
+		a.ch, a.answer = nil, answer{err: ErrCallEnded}
 	}
-	callDone := t.ctx.Done()
+}
+
+// wait waits for a sent request's answer, for ctx, or for the call's
+// end, whichever comes first.
+func (e *execution) wait(ctx context.Context, a *asked) (json.RawMessage, error) {
+	if a.ch == nil {
+		return a.answer.result, a.answer.err
+	}
+	t := &e.toward
 	select {
-	case a := <-ch:
-		return a.result, a.err
+	case r := <-a.ch:
+		return r.result, r.err
 	case <-ctx.Done():
-	case <-callDone:
+	case <-t.ctx.Done():
 	}
-	if !t.take(seq) {
-		a := <-ch // the answer won the race: it is ours
-		return a.result, a.err
+	if !t.take(a.seq) {
+		r := <-a.ch // the answer won the race: it is ours
+		return r.result, r.err
 	}
 	reason := "the tool withdrew its request"
 	if t.ctx.Err() != nil {
 		reason = "the call ended"
 	}
 	e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequestEnd{ClientRequestEnd: &pb.ClientRequestEnd{
-		Seq: seq, Outcome: pb.ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN, Reason: reason,
+		Seq: a.seq, Outcome: pb.ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN, Reason: reason,
 	}}})
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -94,9 +94,13 @@ type ExecuteRequest struct {
 	// JSON): a handler may send the client only requests of these kinds.
 	ClientCapabilitiesJson []byte `protobuf:"bytes,20,opt,name=client_capabilities_json,json=clientCapabilitiesJson,proto3" json:"client_capabilities_json,omitempty"`
 	// The scope the call runs in; an Answer must name the same one.
-	Scope         string `protobuf:"bytes,21,opt,name=scope,proto3" json:"scope,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Scope string `protobuf:"bytes,21,opt,name=scope,proto3" json:"scope,omitempty"`
+	// 2026-07-28 multi round-trip requests: the client's answers to the
+	// requests toward it of earlier rounds, by their keys (each a JSON
+	// result). A request whose key is here is answered without asking.
+	InputResponses map[string][]byte `protobuf:"bytes,22,rep,name=input_responses,json=inputResponses,proto3" json:"input_responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -204,6 +208,13 @@ func (x *ExecuteRequest) GetScope() string {
 		return x.Scope
 	}
 	return ""
+}
+
+func (x *ExecuteRequest) GetInputResponses() map[string][]byte {
+	if x != nil {
+		return x.InputResponses
+	}
+	return nil
 }
 
 type ExecuteResponse struct {
@@ -379,7 +390,13 @@ type ClientRequest struct {
 	Seq    int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Method string                 `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
 	// The request's params, a JSON object.
-	ParamsJson    []byte `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	ParamsJson []byte `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// The request's key in a 2026-07-28 input_required result's
+	// inputRequests (and the client's inputResponses).
+	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// More requests follow at once: a 2026-07-28 gateway gathers them into
+	// one input_required result.
+	More          bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +450,20 @@ func (x *ClientRequest) GetParamsJson() []byte {
 		return x.ParamsJson
 	}
 	return nil
+}
+
+func (x *ClientRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ClientRequest) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 type ClientRequestEnd struct {
@@ -993,7 +1024,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xec\x02\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8a\x04\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -1005,7 +1036,11 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x16\n" +
 	"\x06scopes\x18\t \x03(\tR\x06scopes\x128\n" +
 	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\x12\x14\n" +
-	"\x05scope\x18\x15 \x01(\tR\x05scope\"\xb4\x03\n" +
+	"\x05scope\x18\x15 \x01(\tR\x05scope\x12Y\n" +
+	"\x0finput_responses\x18\x16 \x03(\v20.mcpcancel.v1.ExecuteRequest.InputResponsesEntryR\x0einputResponses\x1aA\n" +
+	"\x13InputResponsesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb4\x03\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
@@ -1014,12 +1049,14 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x03log\x18\x05 \x01(\v2\x18.mcpcancel.v1.LogMessageH\x00R\x03log\x12D\n" +
 	"\x0eclient_request\x18\x14 \x01(\v2\x1b.mcpcancel.v1.ClientRequestH\x00R\rclientRequest\x12N\n" +
 	"\x12client_request_end\x18\x15 \x01(\v2\x1e.mcpcancel.v1.ClientRequestEndH\x00R\x10clientRequestEndB\a\n" +
-	"\x05event\"Z\n" +
+	"\x05event\"\x80\x01\n" +
 	"\rClientRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\x03 \x01(\fR\n" +
-	"paramsJson\"z\n" +
+	"paramsJson\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"z\n" +
 	"\x10ClientRequestEnd\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12<\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\".mcpcancel.v1.ClientRequestOutcomeR\aoutcome\x12\x16\n" +
@@ -1078,7 +1115,7 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(ClientRequestOutcome)(0),     // 0: mcpcancel.v1.ClientRequestOutcome
 	(*ExecuteRequest)(nil),        // 1: mcpcancel.v1.ExecuteRequest
@@ -1093,31 +1130,33 @@ var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(*ExecuteResult)(nil),         // 10: mcpcancel.v1.ExecuteResult
 	(*Cancelled)(nil),             // 11: mcpcancel.v1.Cancelled
 	(*Failed)(nil),                // 12: mcpcancel.v1.Failed
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(Initiator)(0),                // 14: mcpcancel.v1.Initiator
+	nil,                           // 13: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(Initiator)(0),                // 15: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	13, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	9,  // 1: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
-	10, // 2: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
-	11, // 3: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
-	12, // 4: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	8,  // 5: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
-	3,  // 6: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
-	4,  // 7: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
-	0,  // 8: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
-	6,  // 9: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
-	14, // 10: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	14, // 11: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
-	1,  // 12: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	5,  // 13: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
-	2,  // 14: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	7,  // 15: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
-	14, // [14:16] is the sub-list for method output_type
-	12, // [12:14] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	13, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	9,  // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
+	10, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
+	11, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
+	12, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
+	8,  // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
+	3,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
+	4,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
+	0,  // 9: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
+	6,  // 10: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
+	15, // 11: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	15, // 12: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	1,  // 13: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	5,  // 14: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
+	2,  // 15: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	7,  // 16: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
+	15, // [15:17] is the sub-list for method output_type
+	13, // [13:15] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -1145,7 +1184,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
