@@ -107,11 +107,13 @@ func (c *call) openRound(params json.RawMessage, p callParams) *jsonrpc.Error {
 // after the last of a batch it answers the call input_required and ends
 // the round's call.
 func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *pb.ClientRequest) {
+	c.toward.note(r.GetSeq(), r.GetMethod(), "")
 	if !declares(c.toward.caps, r.GetMethod(), r.GetParamsJson()) {
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}
 	c.toward.round.pending = append(c.toward.round.pending, inputRequest{key: r.GetKey(), method: r.GetMethod(), params: r.GetParamsJson()})
+	c.toward.note(r.GetSeq(), r.GetMethod(), "input_required")
 	if r.GetMore() {
 		return
 	}

@@ -66,7 +66,7 @@ func inputRequest(t *testing.T, r mrtrRound) (key, method, state string) {
 // names other arguments, and once it expired.
 func TestTowardMRTRAcrossReplicas(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, 32)
-	_, urls := towardStackWith(t, gateway.Options{StateKey: key}, gateway.Options{StateKey: key},
+	_, urls, coord := towardStackFull(t, gateway.Options{StateKey: key}, gateway.Options{StateKey: key},
 		gateway.Options{StateKey: key, InputTimeout: time.Nanosecond})
 	answers := map[string]any{
 		"sampling/createMessage": map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "sampled in round one"}},
@@ -106,6 +106,18 @@ func TestTowardMRTRAcrossReplicas(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the final result lacks %s: %s", want, b)
 		}
+	}
+	// Every round's call ended once its input_required result was out,
+	// cancelled by the tool, noting what it asked and what the retry
+	// already answered; the last one completed.
+	recs, got := childOutcomes(t, coord, "ask_all")
+	outcomes := map[string]int{}
+	for _, r := range recs {
+		outcomes[r.GetOutcome()+"/"+r.GetInitiator().String()]++
+	}
+	if outcomes["cancelled/INITIATOR_TOOL"] != 3 || outcomes["completed/INITIATOR_UNSPECIFIED"] != 1 ||
+		got["sampling/createMessage input_required"] != 1 || got["roots/list input_required"] != 1 || got["roots/list from_input"] != 1 {
+		t.Errorf("the rounds' audit: outcomes %v, child requests %v", outcomes, got)
 	}
 	// A state sealed by the replica whose states expire at once.
 	_, _, expired := inputRequest(t, callAskAll(t, urls[2], 100, args, nil, ""))

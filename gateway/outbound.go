@@ -46,6 +46,43 @@ type toward struct {
 	tool  string          // 2026-07-28: what requestState is bound to (mrtr.go)
 	args  json.RawMessage //
 	round round           // 2026-07-28 multi round-trip requests (mrtr.go)
+
+	mu  sync.Mutex
+	log []*pb.ChildRequest // the call's requests toward its client, for its audit
+}
+
+// note records a request toward the client, or how it ended; outcome ""
+// is pending.
+func (t *toward) note(seq int64, method, outcome string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.log {
+		if c.Seq == seq {
+			c.Outcome = outcome
+			if method != "" {
+				c.Method = method
+			}
+			return
+		}
+	}
+	t.log = append(t.log, &pb.ChildRequest{Seq: seq, Method: method, Outcome: outcome})
+}
+
+// children are the call's requests toward its client as the gateway saw
+// them, for the audit record of a cancel it asks for: those still
+// pending are cancelled with the call.
+func (t *toward) children() []*pb.ChildRequest {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*pb.ChildRequest, 0, len(t.log))
+	for _, c := range t.log {
+		o := c.Outcome
+		if o == "" {
+			o = "cancelled"
+		}
+		out = append(out, &pb.ChildRequest{Seq: c.Seq, Method: c.Method, Outcome: o})
+	}
+	return out
 }
 
 func outboundID(callID string, seq int64) jsonrpc.ID {
@@ -122,6 +159,7 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 		c.parkForInput(wc, begun, r)
 		return
 	}
+	c.toward.note(seq, r.GetMethod(), "")
 	if !declares(c.toward.caps, r.GetMethod(), r.GetParamsJson()) {
 		c.refuse(wc, callID, seq, jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
@@ -150,6 +188,7 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 // refuse answers a request toward the client with an error, without
 // asking the client.
 func (c *call) refuse(wc pb.WorkerServiceClient, callID string, seq int64, code int, msg string) {
+	c.toward.note(seq, "", "refused")
 	req := &pb.AnswerRequest{CallId: callID, Scope: c.s.scope, Seq: seq,
 		Answer: &pb.AnswerRequest_Error{Error: &pb.ClientError{Code: int64(code), Message: msg}}}
 	c.toward.wg.Go(func() {
@@ -191,8 +230,11 @@ func (c *call) clientRequestEnded(callID string, e *pb.ClientRequestEnd) {
 		return
 	}
 	if e.GetOutcome() == pb.ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN {
+		c.toward.note(e.GetSeq(), "", "withdrawn")
 		c.cancelAtClient(o, e.GetReason())
+		return
 	}
+	c.toward.note(e.GetSeq(), "", "answered")
 }
 
 func (c *call) cancelAtClient(o *outReq, reason string) {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -33,6 +35,13 @@ func towardStack(t *testing.T, n int) ([]*gateway.Gateway, []string) {
 // towardStackWith starts one gateway per options.
 func towardStackWith(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string) {
 	t.Helper()
+	gs, urls, _ := towardStackFull(t, opts...)
+	return gs, urls
+}
+
+// towardStackFull also returns a coordinator client, for the audit.
+func towardStackFull(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string, pb.CoordinatorServiceClient) {
+	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
 	c := coord.Client(t)
@@ -47,7 +56,24 @@ func towardStackWith(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway,
 		g, url := testcluster.StartGateway(t, c, o)
 		gs, urls = append(gs, g), append(urls, url)
 	}
-	return gs, urls
+	return gs, urls, c
+}
+
+// childOutcomes counts the child requests of the audit records of a
+// tool's calls, by outcome.
+func childOutcomes(t *testing.T, c pb.CoordinatorServiceClient, tool string) (records []*pb.AuditRecord, outcomes map[string]int) {
+	t.Helper()
+	resp, err := c.ListAudit(t.Context(), &pb.ListAuditRequest{Tool: tool, PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes = map[string]int{}
+	for _, r := range resp.GetRecords() {
+		for _, ch := range r.GetChildRequests() {
+			outcomes[ch.GetMethod()+" "+ch.GetOutcome()]++
+		}
+	}
+	return resp.GetRecords(), outcomes
 }
 
 func registerTowardTools(w *worker.Worker) {
@@ -127,7 +153,7 @@ func TestTowardRaceWithdrawVersusAnswer(t *testing.T) {
 	if testing.Short() {
 		rounds = 200
 	}
-	gs, _ := towardStack(t, 1)
+	gs, _, coord := towardStackFull(t, gateway.Options{})
 	c := serveStdio(t, gs[0])
 	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"race","version":"0"}}}`)
 	c.next(t)
@@ -201,6 +227,33 @@ func TestTowardRaceWithdrawVersusAnswer(t *testing.T) {
 		t.Errorf("the race was not raced: %d answers used, %d requests withdrawn", used, withdrawn)
 	}
 	t.Logf("%d rounds: %d answers used, %d requests withdrawn and cancelled at the client", 2*rounds, used, withdrawn)
+	// Each call's audit record notes its requests (the first 64) and how
+	// each ended, as the handler saw it.
+	usedSet := map[string]bool{}
+	for _, rep := range reports {
+		for _, p := range rep.Used {
+			usedSet[p] = true
+		}
+	}
+	recs, _ := childOutcomes(t, coord, "race")
+	for _, r := range recs {
+		tag := map[string]string{"1": "a", "2": "b"}[string(client.RequestIDJSON(r.GetRequestId()))]
+		if len(r.GetChildRequests()) != min(rounds, 64) {
+			t.Errorf("call %s notes %d child requests", tag, len(r.GetChildRequests()))
+		}
+		for _, ch := range r.GetChildRequests() {
+			want := "withdrawn"
+			if usedSet[fmt.Sprintf("%s-%d", tag, ch.GetSeq()-1)] {
+				want = "answered"
+			}
+			if ch.GetOutcome() != want {
+				t.Errorf("call %s request %d: the audit says %s, the handler saw %s", tag, ch.GetSeq(), ch.GetOutcome(), want)
+			}
+		}
+	}
+	if len(recs) != 2 {
+		t.Errorf("%d audit records of race calls; want 2", len(recs))
+	}
 }
 
 func messageText(t *testing.T, m map[string]any) string {
@@ -219,7 +272,7 @@ func messageText(t *testing.T, m map[string]any) string {
 // notifications/cancelled for the sampling request (its handler's abort
 // signal fires), and no response for the call.
 func TestTowardTypeScriptCancelWhileSampling(t *testing.T) {
-	_, urls := towardStack(t, 1)
+	_, urls, coord := towardStackFull(t, gateway.Options{})
 	events := runToward(t, "--url", urls[0], "--tool", "hold_sampling", "--cancel-on-sampling=true", "--linger-ms", "500")
 	aborted := eventOf(events, "sampling_aborted")
 	if aborted == nil {
@@ -237,6 +290,10 @@ func TestTowardTypeScriptCancelWhileSampling(t *testing.T) {
 	}
 	if eventOf(events, "result") != nil {
 		t.Errorf("the cancelled call was answered")
+	}
+	recs, got := childOutcomes(t, coord, "hold_sampling")
+	if len(recs) != 1 || recs[0].GetOutcome() != "cancelled" || got["sampling/createMessage cancelled"] != 1 {
+		t.Errorf("audit %v notes child requests %v; want one cancelled call whose sampling request was cancelled", recs, got)
 	}
 }
 

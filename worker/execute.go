@@ -297,7 +297,8 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 	}
 	var r *pb.CompleteResponse
 	err = e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError})
+		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError,
+			ChildRequests: e.toward.children()})
 		return err
 	})
 	if err != nil {
@@ -328,7 +329,8 @@ func (e *execution) fail(herr error, stoppedAt time.Time) error {
 func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) error {
 	var r *pb.FailResponse
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt)})
+		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt),
+			ChildRequests: e.toward.children()})
 		return err
 	})
 	if err != nil {
@@ -351,6 +353,7 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Cancel(ctx, &pb.CancelRequest{
 			Target: &pb.CancelRequest_Call{Call: e.ref}, Initiator: who, Reason: reason, StoppedAt: timestamppb.New(stoppedAt),
+			ChildRequests: e.toward.children(),
 		})
 		return err
 	})

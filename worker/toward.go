@@ -53,6 +53,25 @@ type towardState struct {
 	next    int64
 	pending map[int64]chan answer
 	inputs  map[string]json.RawMessage // 2026-07-28 answers of earlier rounds, by key
+	methods map[int64]string           // every request's method, by number
+	ended   []*pb.ChildRequest         // how each ended request ended, for the audit
+}
+
+// endLocked notes how a request ended. Callers hold t.mu.
+func (t *towardState) endLocked(seq int64, outcome string) {
+	t.ended = append(t.ended, &pb.ChildRequest{Seq: seq, Method: t.methods[seq], Outcome: outcome})
+}
+
+// children are the call's requests toward its client for its audit
+// record: those still pending count as cancelled with the call.
+func (t *towardState) children() []*pb.ChildRequest {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := append([]*pb.ChildRequest(nil), t.ended...)
+	for seq := range t.pending {
+		out = append(out, &pb.ChildRequest{Seq: seq, Method: t.methods[seq], Outcome: "cancelled"})
+	}
+	return out
 }
 
 type answer struct {
@@ -281,14 +300,20 @@ func (e *execution) prepare(ctx context.Context, method string, params json.RawM
 	defer t.mu.Unlock()
 	t.next++
 	a := &asked{seq: t.next}
+	if t.methods == nil {
+		t.methods = map[int64]string{}
+	}
+	t.methods[a.seq] = method
 	key := inputKey(ctx, a.seq)
 	if r, ok := t.inputs[key]; ok {
 		delete(t.inputs, key) // one answer per request
 		a.answer = answer{result: r}
+		t.endLocked(a.seq, "from_input")
 		return a
 	}
 	if err := t.declared(method, params); err != nil {
 		a.answer = answer{err: err}
+		t.endLocked(a.seq, "refused")
 		return a
 	}
 	a.ch = make(chan answer, 1)
@@ -307,7 +332,7 @@ func (e *execution) sendAsked(ctx context.Context, a *asked, method string, para
 	}
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequest{ClientRequest: &pb.ClientRequest{
 		Seq: a.seq, Method: method, ParamsJson: params, Key: inputKey(ctx, a.seq), More: more,
-	}}}) && e.toward.take(a.seq) {
+	}}}) && e.toward.take(a.seq, "cancelled") {
 		a.ch, a.answer = nil, answer{err: ErrCallEnded}
 	}
 }
@@ -325,13 +350,13 @@ func (e *execution) wait(ctx context.Context, a *asked) (json.RawMessage, error)
 	case <-ctx.Done():
 	case <-t.ctx.Done():
 	}
-	if !t.take(a.seq) {
+	reason, outcome := "the tool withdrew its request", "withdrawn"
+	if t.ctx.Err() != nil {
+		reason, outcome = "the call ended", "cancelled"
+	}
+	if !t.take(a.seq, outcome) {
 		r := <-a.ch // the answer won the race: it is ours
 		return r.result, r.err
-	}
-	reason := "the tool withdrew its request"
-	if t.ctx.Err() != nil {
-		reason = "the call ended"
 	}
 	e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequestEnd{ClientRequestEnd: &pb.ClientRequestEnd{
 		Seq: a.seq, Outcome: pb.ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN, Reason: reason,
@@ -344,11 +369,14 @@ func (e *execution) wait(ctx context.Context, a *asked) (json.RawMessage, error)
 
 // take removes a pending request; it reports whether it was still
 // pending. Whoever takes it decides how it ended.
-func (t *towardState) take(seq int64) bool {
+func (t *towardState) take(seq int64, outcome string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.pending[seq]
 	delete(t.pending, seq)
+	if ok {
+		t.endLocked(seq, outcome)
+	}
 	return ok
 }
 
@@ -373,11 +401,13 @@ func (w *Worker) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerRes
 		return &pb.AnswerResponse{}, nil // not running here, or not the caller's: nothing to tell
 	}
 	var a answer
+	outcome := "answered"
 	switch v := req.GetAnswer().(type) {
 	case *pb.AnswerRequest_ResultJson:
 		a.result = v.ResultJson
 	case *pb.AnswerRequest_Error:
 		a.err = &ClientError{Code: v.Error.GetCode(), Message: v.Error.GetMessage(), Data: v.Error.GetDataJson()}
+		outcome = "error"
 	default:
 		return nil, status.Error(codes.InvalidArgument, "an answer needs a result or an error")
 	}
@@ -385,6 +415,9 @@ func (w *Worker) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerRes
 	t.mu.Lock()
 	ch, ok := t.pending[req.GetSeq()]
 	delete(t.pending, req.GetSeq())
+	if ok {
+		t.endLocked(req.GetSeq(), outcome)
+	}
 	t.mu.Unlock()
 	if !ok {
 		return &pb.AnswerResponse{}, nil // answered or withdrawn already: a late answer

@@ -349,7 +349,9 @@ type CancelRequest struct {
 	// The principal asking; must match the call's principal when set.
 	Principal string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
 	// When the handler really returned, if it already has (workers only).
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +435,13 @@ func (x *CancelRequest) GetPrincipal() string {
 func (x *CancelRequest) GetStoppedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
 	}
 	return nil
 }
@@ -594,7 +603,9 @@ type CompleteRequest struct {
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The result is the tool's own error (an MCP result with isError): the
 	// call completes, and is audited as "tool_error" rather than "completed".
-	ToolError     bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
+	ToolError bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +659,13 @@ func (x *CompleteRequest) GetToolError() bool {
 		return x.ToolError
 	}
 	return false
+}
+
+func (x *CompleteRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
+	}
+	return nil
 }
 
 type CompleteResponse struct {
@@ -719,7 +737,9 @@ type FailRequest struct {
 	Initiator Initiator              `protobuf:"varint,2,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	Reason    string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When the handler really returned, if it has.
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -778,6 +798,13 @@ func (x *FailRequest) GetReason() string {
 func (x *FailRequest) GetStoppedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *FailRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
 	}
 	return nil
 }
@@ -2716,7 +2743,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\x99\x02\n" +
+	"idempotent\"\xdc\x02\n" +
 	"\rCancelRequest\x12)\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03key\x12+\n" +
 	"\x04call\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallRefH\x00R\x04call\x125\n" +
@@ -2724,7 +2751,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tprincipal\x18\x05 \x01(\tR\tprincipal\x129\n" +
 	"\n" +
-	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAtB\b\n" +
+	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequestsB\b\n" +
 	"\x06target\"P\n" +
 	"\aCallRef\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
@@ -2734,23 +2762,25 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
 	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x96\x01\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\xd9\x01\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x1d\n" +
 	"\n" +
-	"tool_error\x18\x03 \x01(\bR\ttoolError\"\xaf\x01\n" +
+	"tool_error\x18\x03 \x01(\bR\ttoolError\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xc2\x01\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\x85\x02\n" +
 	"\vFailRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xab\x01\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"\xab\x01\n" +
 	"\fFailResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
@@ -2961,10 +2991,11 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
 	(Initiator)(0),                // 46: mcpcancel.v1.Initiator
-	(*Tool)(nil),                  // 47: mcpcancel.v1.Tool
-	(CallState)(0),                // 48: mcpcancel.v1.CallState
-	(*Call)(nil),                  // 49: mcpcancel.v1.Call
-	(*AuditRecord)(nil),           // 50: mcpcancel.v1.AuditRecord
+	(*ChildRequest)(nil),          // 47: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                  // 48: mcpcancel.v1.Tool
+	(CallState)(0),                // 49: mcpcancel.v1.CallState
+	(*Call)(nil),                  // 50: mcpcancel.v1.Call
+	(*AuditRecord)(nil),           // 51: mcpcancel.v1.AuditRecord
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	43, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -2975,82 +3006,85 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
 	46, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
 	45, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	46, // 9: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 10: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 11: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	46, // 13: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 14: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	46, // 15: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 16: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	46, // 18: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	12, // 19: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	13, // 20: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	14, // 21: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	15, // 22: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	17, // 23: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	16, // 24: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	47, // 25: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	45, // 26: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	47, // 27: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	19, // 28: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	20, // 29: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	44, // 30: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 31: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	48, // 32: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	46, // 33: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	23, // 34: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	47, // 35: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	47, // 36: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	43, // 37: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	49, // 38: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	45, // 39: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 40: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	45, // 41: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 42: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	47, // 43: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	46, // 44: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 45: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	36, // 46: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	44, // 47: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 48: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 49: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 50: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 51: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 52: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 53: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	21, // 54: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	24, // 55: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	26, // 56: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	28, // 57: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	30, // 58: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	32, // 59: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	34, // 60: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	37, // 61: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	39, // 62: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	41, // 63: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 64: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 65: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 66: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 67: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 68: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 69: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 70: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 71: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 72: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 73: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 74: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 75: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 76: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 77: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 78: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	64, // [64:79] is the sub-list for method output_type
-	49, // [49:64] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	47, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	0,  // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
+	46, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	45, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	47, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,  // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	46, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	46, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	47, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,  // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	46, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	12, // 22: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	13, // 23: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	14, // 24: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	15, // 25: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	17, // 26: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	16, // 27: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	48, // 28: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	45, // 29: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	48, // 30: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	19, // 31: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	20, // 32: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	44, // 33: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 34: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	49, // 35: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	46, // 36: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	23, // 37: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	48, // 38: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	48, // 39: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	43, // 40: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	50, // 41: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	45, // 42: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	51, // 43: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	45, // 44: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	51, // 45: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	48, // 46: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	46, // 47: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 48: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	36, // 49: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	44, // 50: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 51: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 52: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 53: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 54: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 55: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 56: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	21, // 57: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	24, // 58: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	26, // 59: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	28, // 60: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	30, // 61: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	32, // 62: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	34, // 63: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	37, // 64: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	39, // 65: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	41, // 66: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 67: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 68: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 69: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 70: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 71: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 73: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 74: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 75: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 77: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 78: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 79: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 80: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 81: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	67, // [67:82] is the sub-list for method output_type
+	52, // [52:67] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }

@@ -557,7 +557,9 @@ type AuditRecord struct {
 	// When the tool's handler really returned; unset until the worker says.
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The call this one retries, if it is a retry.
-	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The requests the call sent toward its client, and how each ended.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +692,82 @@ func (x *AuditRecord) GetRetryOf() string {
 	return ""
 }
 
+func (x *AuditRecord) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
+	}
+	return nil
+}
+
+// ChildRequest is a request a call sent toward its client (sampling,
+// elicitation, roots), as the call's audit record notes it.
+type ChildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's number in the call.
+	Seq    int64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// One of "answered", "error" (the client answered with an error),
+	// "withdrawn" (the tool gave it up; cancelled at the client),
+	// "refused" (never sent: the client did not declare it), "from_input"
+	// (answered by a 2026-07-28 retry's inputResponses), "input_required"
+	// (asked in a 2026-07-28 input_required result), "cancelled" (pending
+	// when the call was cancelled; cancelled at the client).
+	Outcome       string `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildRequest) Reset() {
+	*x = ChildRequest{}
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildRequest) ProtoMessage() {}
+
+func (x *ChildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildRequest.ProtoReflect.Descriptor instead.
+func (*ChildRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ChildRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ChildRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ChildRequest) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -729,7 +807,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf\"\x91\x04\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\"\xd4\x04\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -748,7 +826,12 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"settled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x129\n" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf*\x8a\x01\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"R\n" +
+	"\fChildRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
+	"\aoutcome\x18\x03 \x01(\tR\aoutcome*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +
@@ -780,7 +863,7 @@ func file_mcpcancel_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(CallState)(0),                // 0: mcpcancel.v1.CallState
 	(Initiator)(0),                // 1: mcpcancel.v1.Initiator
@@ -789,26 +872,28 @@ var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(*Tool)(nil),                  // 4: mcpcancel.v1.Tool
 	(*Call)(nil),                  // 5: mcpcancel.v1.Call
 	(*AuditRecord)(nil),           // 6: mcpcancel.v1.AuditRecord
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*ChildRequest)(nil),          // 7: mcpcancel.v1.ChildRequest
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_mcpcancel_v1_types_proto_depIdxs = []int32{
 	2,  // 0: mcpcancel.v1.CallKey.request_id:type_name -> mcpcancel.v1.RequestId
 	3,  // 1: mcpcancel.v1.Call.key:type_name -> mcpcancel.v1.CallKey
 	0,  // 2: mcpcancel.v1.Call.state:type_name -> mcpcancel.v1.CallState
 	1,  // 3: mcpcancel.v1.Call.initiator:type_name -> mcpcancel.v1.Initiator
-	7,  // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
-	7,  // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
+	8,  // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
+	8,  // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
+	8,  // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
 	2,  // 7: mcpcancel.v1.AuditRecord.request_id:type_name -> mcpcancel.v1.RequestId
 	1,  // 8: mcpcancel.v1.AuditRecord.initiator:type_name -> mcpcancel.v1.Initiator
-	7,  // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
-	7,  // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
-	7,  // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	8,  // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
+	8,  // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
+	8,  // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
+	7,  // 12: mcpcancel.v1.AuditRecord.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_types_proto_init() }
@@ -826,7 +911,7 @@ func file_mcpcancel_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_types_proto_rawDesc), len(file_mcpcancel_v1_types_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
