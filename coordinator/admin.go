@@ -14,9 +14,8 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
-// methodToolsCall is the method of every call record: Begin records only
-// tools/call today. When records name their method, this is the default
-// for the records written before.
+// methodToolsCall is the method of the records written before records
+// named their method, and of every tools/call record (stored empty).
 const methodToolsCall = "tools/call"
 
 // Admin serves AdminService for one replica: what runs now, and an
@@ -99,7 +98,7 @@ func (a *Admin) runningCall(kv *mvccpb.KeyValue) *pb.RunningCall {
 		a.s.log.Error("skipping call record", "key", string(kv.Key), "err", err)
 		return nil
 	}
-	c := &pb.RunningCall{Call: rec.proto(kv.CreateRevision), Method: methodToolsCall}
+	c := &pb.RunningCall{Call: rec.proto(kv.CreateRevision), Method: rec.method()}
 	end := a.s.now()
 	if rec.State != stateRunning {
 		end = rec.SettledAt

@@ -113,7 +113,8 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	if err := validateHello(hello); err != nil {
 		return toStatus(err)
 	}
-	info := &workerInfo{Name: hello.GetName(), Address: hello.GetAddress(), Tools: toolDefs(hello.GetTools()), Capacity: hello.GetCapacity()}
+	info := &workerInfo{Name: hello.GetName(), Address: hello.GetAddress(), Tools: toolDefs(hello.GetTools()), Capacity: hello.GetCapacity(),
+		Offers: offerDefs(hello.GetOffers()), Features: featuresOf(hello.GetFeatures())}
 	lease, adopted, err := s.register(stream.Context(), info, clientv3.LeaseID(hello.GetLeaseId()))
 	if err != nil {
 		return toStatus(err)
@@ -130,7 +131,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	s.log.Info("worker attached", "worker", info.Name, "address", info.Address, "lease", int64(lease), "adopted", adopted)
 	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Attached{Attached: &pb.Attached{
 		LeaseId: int64(lease), Adopted: adopted, LeaseTtl: durationpb.New(s.opts.LeaseTTL), Coordinator: s.opts.Name,
-		HeartbeatInterval: durationpb.New(wl.every),
+		HeartbeatInterval: durationpb.New(wl.every), EchoesHeartbeats: true,
 	}}})
 	if err := s.pushPendingStops(ctx, info.Name); err != nil {
 		return toStatus(err)
@@ -234,10 +235,21 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 	case *pb.AttachRequest_Drain:
 		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Draining = true })
 	case *pb.AttachRequest_ToolsChanged:
-		if err := validateTools(msg.ToolsChanged.GetTools()); err != nil {
+		tc := msg.ToolsChanged
+		if err := validateTools(tc.GetTools()); err != nil {
 			return err
 		}
-		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Tools = toolDefs(msg.ToolsChanged.GetTools()) })
+		if err := validateOffers(tc.GetOffers()); err != nil {
+			return err
+		}
+		return s.updateWorker(ctx, a, func(i *workerInfo) {
+			i.Tools, i.Offers, i.Features = toolDefs(tc.GetTools()), offerDefs(tc.GetOffers()), featuresOf(tc.GetFeatures())
+		})
+	case *pb.AttachRequest_Heartbeat:
+		// The echo lets the worker tell a live link from one that only
+		// carries its own words: one that lost our replies (stop orders
+		// with them) is given up on and redialled.
+		a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
 	case *pb.AttachRequest_Detach:
 		if err := a.lease.Close(ctx); err != nil {
 			s.log.Warn("revoking worker lease", "worker", a.worker, "err", err)
@@ -331,7 +343,10 @@ func validateHello(h *pb.WorkerHello) error {
 	if h.GetCapacity() < 0 {
 		return invalid("capacity must not be negative")
 	}
-	return validateTools(h.GetTools())
+	if err := validateTools(h.GetTools()); err != nil {
+		return err
+	}
+	return validateOffers(h.GetOffers())
 }
 
 func validateTools(tools []*pb.Tool) error {

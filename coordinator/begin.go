@@ -14,6 +14,8 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // Begin implements CoordinatorService.Begin.
@@ -34,11 +36,13 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		Scope:       req.GetKey().GetScope(),
 		Principal:   req.GetPrincipal(),
 		RequestID:   client.RequestIDJSON(req.GetKey().GetRequestId()),
+		Method:      callMethod(req.GetMethod()),
 		Tool:        req.GetTool(),
 		Gateway:     req.GetGateway(),
 		State:       stateRunning,
 		RequestedAt: now,
 		Deadline:    now.Add(s.timeout(req)),
+		TraceID:     telemetry.TraceID(ctx),
 	}
 	idx := s.keys.index(req.GetKey())
 	var reuse int64 // the index revision to overwrite, when the id was used before
@@ -55,28 +59,29 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		rec.RetryOf, reuse, lost = prior.CallID, rev, prior.Worker
 	}
 	for range 5 {
-		w, err := s.view.pick(rec.Tool, lost)
+		w, err := s.view.pick(rec.Method, rec.Tool, lost)
 		if errors.Is(err, ErrUnknownTool) {
 			// A worker that just attached, perhaps to another replica, may
 			// not have reached this replica's watch yet: look once more.
 			if err = s.view.refreshWorkers(ctx); err == nil {
-				w, err = s.view.pick(rec.Tool, lost)
+				w, err = s.view.pick(rec.Method, rec.Tool, lost)
 			}
 		}
 		if err != nil {
 			return nil, err
 		}
-		rec.CallID, rec.Worker = randomID(), w.name
+		rec.CallID, rec.Worker = randid.New(16), w.name
 		fence, err := s.beginTxn(ctx, rec, idx, w, reuse)
 		switch {
 		case err == nil:
 			s.view.addOwner(w.name, rec.CallID)
 			s.running.add(rec, idx, fence)
+			tracePlacement(ctx, rec)
 			return &pb.BeginResponse{
 				CallId: rec.CallID, Fence: fence, Worker: w.name,
 				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
 				Timeout:    durationpb.New(rec.Deadline.Sub(rec.RequestedAt)),
-				Idempotent: w.tools[rec.Tool].Idempotent,
+				Idempotent: idempotent(w, rec),
 			}, nil
 		case errors.As(err, new(*indexTaken)) && lost != "":
 			return nil, fmt.Errorf("%w: request id %s was used again meanwhile", ErrNotRetryable, rec.RequestID)
@@ -119,7 +124,7 @@ func (s *Server) retryable(ctx context.Context, req *pb.BeginRequest, idx string
 	switch {
 	case begun.CallID != prior.CallID:
 		return nil, 0, fmt.Errorf("%w: call %s is not this key's latest", ErrNotRetryable, prior.CallID)
-	case prior.Principal != req.GetPrincipal() || prior.Tool != req.GetTool():
+	case prior.Principal != req.GetPrincipal() || prior.Tool != req.GetTool() || prior.Method != callMethod(req.GetMethod()):
 		return nil, 0, fmt.Errorf("%w: call %s was another principal's or tool's", ErrNotRetryable, prior.CallID)
 	case prior.State != stateFailed:
 		return nil, 0, fmt.Errorf("%w: call %s is %s; only a call failed with its worker lost is retried", ErrNotRetryable, prior.CallID, prior.State)
@@ -137,7 +142,7 @@ func validateBegin(req *pb.BeginRequest) error {
 	if err := validateCallKey(req.GetKey()); err != nil {
 		return err
 	}
-	if err := validateToolName(req.GetTool()); err != nil {
+	if err := validateMethodTarget(req.GetMethod(), req.GetTool()); err != nil {
 		return err
 	}
 	if len(req.GetPrincipal()) > MaxNameBytes*2 || len(req.GetGateway()) > MaxNameBytes {
@@ -150,6 +155,21 @@ func validateBegin(req *pb.BeginRequest) error {
 		return invalid("retry_of is not a call id")
 	}
 	return nil
+}
+
+// callMethod is the method a record stores: tools/call is left empty, as
+// in the records written before methods were recorded.
+func callMethod(m string) string {
+	if m == methodToolsCall {
+		return ""
+	}
+	return m
+}
+
+// idempotent says whether the worker vouches that the call may run again.
+func idempotent(w *workerEntry, rec *callRecord) bool {
+	_, ok := w.serves(rec.Method, rec.Tool)
+	return ok
 }
 
 func (s *Server) timeout(req *pb.BeginRequest) time.Duration {
@@ -179,7 +199,7 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
 	begun := encode(rec)
-	resp, err := s.cli.Txn(ctx).If(
+	resp, err := s.commits.Txn(ctx).If( // with concurrent calls' decisions
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 		// A session closed on another replica takes no new calls.

@@ -16,7 +16,7 @@ import (
 
 // auditKeys are the fields of an exported audit record (DESIGN section 7).
 var auditKeys = []string{
-	"call_id", "scope", "principal", "request_id", "tool", "worker", "gateway",
+	"call_id", "scope", "principal", "request_id", "method", "tool", "worker", "gateway",
 	"outcome", "initiator", "reason", "requested_at", "settled_at", "stopped_at",
 }
 

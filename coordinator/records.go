@@ -29,7 +29,8 @@ type callRecord struct {
 	Scope       string          `json:"scope"`
 	Principal   string          `json:"principal,omitempty"`
 	RequestID   json.RawMessage `json:"request_id"`
-	Tool        string          `json:"tool"`
+	Method      string          `json:"method,omitempty"` // empty: tools/call, as before methods were recorded
+	Tool        string          `json:"tool"`             // the target: a tool, resource URI, prompt name or completion reference
 	Worker      string          `json:"worker"`
 	Gateway     string          `json:"gateway,omitempty"`
 	State       string          `json:"state"`
@@ -41,6 +42,7 @@ type callRecord struct {
 	AuditKey    string          `json:"audit_key,omitempty"`
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	TraceID     string          `json:"trace_id,omitempty"`
 }
 
 // AuditRecord is one audited decision in its export form; the API's
@@ -58,9 +60,10 @@ type stopOrder struct {
 func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time) *AuditRecord {
 	return &AuditRecord{
 		CallID: r.CallID, Scope: r.Scope, Principal: r.Principal, RequestID: r.RequestID,
-		Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
+		Method: r.method(), Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
 		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
+		TraceID: r.TraceID,
 	}
 }
 
@@ -74,6 +77,15 @@ var stateValues = map[string]pb.CallState{
 	stateCompleted: pb.CallState_CALL_STATE_COMPLETED,
 	stateCancelled: pb.CallState_CALL_STATE_CANCELLED,
 	stateFailed:    pb.CallState_CALL_STATE_FAILED,
+}
+
+// method is the record's MCP method; records written before methods were
+// recorded are all tools/call.
+func (r *callRecord) method() string {
+	if r.Method == "" {
+		return methodToolsCall
+	}
+	return r.Method
 }
 
 func (r *callRecord) proto(fence int64) *pb.Call {
@@ -92,6 +104,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		Deadline:    ts(r.Deadline),
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
+		TraceId:     r.TraceID,
 	}
 }
 

@@ -324,15 +324,16 @@ func (s *Server) WatchTools(_ *pb.WatchToolsRequest, stream pb.CoordinatorServic
 	if err := s.waitReady(ctx); err != nil {
 		return toStatus(err)
 	}
-	var last []*pb.Tool
+	var last *pb.WatchToolsResponse
 	for first := true; ; first = false {
 		changed := s.view.changes()
-		tools := s.view.tools()
-		if first || !sameTools(last, tools) {
-			if err := stream.Send(&pb.WatchToolsResponse{Tools: tools}); err != nil {
+		tools, offers, features := s.view.catalogue()
+		now := &pb.WatchToolsResponse{Tools: tools, Offers: offers, Features: features}
+		if first || !proto.Equal(last, now) {
+			if err := stream.Send(now); err != nil {
 				return err
 			}
-			last = tools
+			last = now
 		}
 		select {
 		case <-changed:
@@ -340,16 +341,4 @@ func (s *Server) WatchTools(_ *pb.WatchToolsRequest, stream pb.CoordinatorServic
 			return nil
 		}
 	}
-}
-
-func sameTools(a, b []*pb.Tool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 )
 
 // workerInfo is the value of workers/<worker>.
@@ -22,6 +23,9 @@ type workerInfo struct {
 	Tools    []*toolDef `json:"tools"`
 	Capacity int32      `json:"capacity,omitempty"`
 	Draining bool       `json:"draining,omitempty"`
+	// Resources, templates and prompts; what else the worker serves.
+	Offers   []*offerDef  `json:"offers,omitempty"`
+	Features *featuresDef `json:"features,omitempty"`
 }
 
 type toolDef struct {
@@ -60,6 +64,7 @@ type workerEntry struct {
 	modRev    int64
 	info      *workerInfo
 	tools     map[string]*toolDef
+	routes    *routes
 }
 
 // view is this replica's picture of live workers and of the calls whose
@@ -68,9 +73,13 @@ type workerEntry struct {
 type view struct {
 	s *Server
 
-	mu       sync.Mutex
-	rev      int64 // revision the view was loaded at
-	workers  map[string]*workerEntry
+	mu      sync.Mutex
+	rev     int64 // revision the view was loaded at
+	workers map[string]*workerEntry
+	// owners holds the calls whose owner key exists (handler not yet
+	// returned), and inflight counts them per worker. Removal, the one
+	// rule: an entry leaves when the owners/ watch shows its key deleted
+	// (or a reload after compaction no longer finds it).
 	owners   map[string]string // call id -> worker
 	inflight map[string]int    // worker -> running handlers
 	changed  chan struct{}     // closed when workers change, then replaced
@@ -131,6 +140,7 @@ func (v *view) putWorkerLocked(kv *mvccpb.KeyValue) {
 	for _, t := range info.Tools {
 		e.tools[t.Name] = t
 	}
+	e.routes = newRoutes(info)
 	v.workers[info.Name] = e
 }
 
@@ -188,19 +198,24 @@ func (v *view) forgetWorker(name string, createRev int64) {
 	}
 }
 
-// pick chooses the live, undrained worker offering tool with the fewest
-// running handlers, breaking ties at random. For a retry, lost is the
-// worker the call was lost with: it is passed over, and only workers that
-// vouch for the tool's idempotence qualify.
-func (v *view) pick(tool, lost string) (*workerEntry, error) {
+// pick chooses the live, undrained worker serving method on target (a
+// tool, resource, prompt or completion reference) with the fewest running
+// handlers, breaking ties at random. Only the workers that serve the
+// target best qualify: a resource's exact URI outranks a template. For a
+// retry, lost is the worker the call was lost with: it is passed over,
+// and only workers that vouch for the tool's idempotence qualify.
+func (v *view) pick(method, target, lost string) (*workerEntry, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var best []*workerEntry
-	bestLoad, offered := -1, false
+	bestLoad, bestRank, offered := -1, rankNone+1, false
 	for _, e := range v.workers {
-		t := e.tools[tool]
-		if t == nil || lost != "" && (e.name == lost || !t.Idempotent) {
+		rank, idempotent := e.serves(method, target)
+		if rank < bestRank || lost != "" && (e.name == lost || !idempotent) {
 			continue
+		}
+		if rank > bestRank {
+			best, bestLoad, bestRank, offered = nil, -1, rank, false
 		}
 		offered = true
 		load := v.inflight[e.name]
@@ -217,11 +232,11 @@ func (v *view) pick(tool, lost string) (*workerEntry, error) {
 	switch {
 	case len(best) > 0:
 	case offered:
-		return nil, fmt.Errorf("%w: %q", ErrNoCapacity, tool)
+		return nil, fmt.Errorf("%w: %q", ErrNoCapacity, target)
 	case lost != "":
-		return nil, fmt.Errorf("%w: no worker other than %s vouches that %q is idempotent", ErrNotRetryable, lost, tool)
+		return nil, fmt.Errorf("%w: no worker other than %s vouches that %q is idempotent", ErrNotRetryable, lost, target)
 	default:
-		return nil, fmt.Errorf("%w: %q", ErrUnknownTool, tool)
+		return nil, fmt.Errorf("%w: %q", ErrUnknownTool, target)
 	}
 	return best[rand.IntN(len(best))], nil
 }
@@ -268,6 +283,7 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 	v.mu.Lock()
 	rev := v.rev
 	v.mu.Unlock()
+	retry := backoff.Backoff{Min: 50 * time.Millisecond}
 	for {
 		compacted := false
 		wch := v.s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
@@ -286,7 +302,7 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 			rev = max(rev, resp.Header.Revision)
 		}
 		v.s.health.watch(prefix, false)
-		if err := backoff(ctx, 50*time.Millisecond); err != nil {
+		if err := retry.Wait(ctx); err != nil {
 			return err
 		}
 		if compacted {
@@ -298,18 +314,6 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 			rev = v.rev
 			v.mu.Unlock()
 		}
-	}
-}
-
-// backoff waits d or until ctx is done, for retry loops.
-func backoff(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
@@ -326,6 +330,10 @@ func (v *view) snapshot() []*pb.WorkerInfo {
 		for _, t := range e.info.Tools {
 			wi.Tools = append(wi.Tools, t.proto())
 		}
+		for _, o := range e.info.Offers {
+			wi.Offers = append(wi.Offers, o.proto())
+		}
+		wi.Features = e.info.Features.proto()
 		out = append(out, wi)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -335,21 +343,8 @@ func (v *view) snapshot() []*pb.WorkerInfo {
 // tools is the union of tools offered by live, undrained workers; when two
 // workers describe a tool differently, the first by worker name wins.
 func (v *view) tools() []*pb.Tool {
-	seen := map[string]bool{}
-	var out []*pb.Tool
-	for _, w := range v.snapshot() {
-		if w.Draining {
-			continue
-		}
-		for _, t := range w.Tools {
-			if !seen[t.Name] {
-				seen[t.Name] = true
-				out = append(out, t)
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	tools, _, _ := v.catalogue()
+	return tools
 }
 
 // ListWorkers implements CoordinatorService.ListWorkers.
@@ -365,5 +360,6 @@ func (s *Server) ListTools(ctx context.Context, _ *pb.ListToolsRequest) (*pb.Lis
 	if err := s.waitReady(ctx); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.ListToolsResponse{Tools: s.view.tools()}, nil
+	tools, offers, features := s.view.catalogue()
+	return &pb.ListToolsResponse{Tools: tools, Offers: offers, Features: features}, nil
 }

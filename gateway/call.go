@@ -9,26 +9,32 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
 // cancelTimeout bounds one Cancel round trip to the coordinator.
 const cancelTimeout = 10 * time.Second
 
-// call is one tools/call in flight, from registration to its end.
+// call is one request routed to a worker (tools/call, resources/read,
+// prompts/get, ...), in flight from registration to its end.
 type call struct {
 	s        *session
 	id       jsonrpc.ID
+	method   string // the MCP method
+	target   string // what it names: a tool, resource URI, prompt, completion reference
 	reply    sink
 	token    json.RawMessage // the client's progress token, if any
 	modern   bool            // 2026-07-28: results say resultType
 	logLevel string          // 2026-07-28: the request's own log level; none means no logs
 	scopes   []string        // the scopes the caller's token granted, for the handler
+	span     trace.Span      // the request's span, nil when not traced (trace.go)
 
 	mu       sync.Mutex
 	state    int
@@ -45,39 +51,25 @@ type call struct {
 
 func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
 
-type callParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-	Meta      struct {
-		ProgressToken json.RawMessage `json:"progressToken"`
-		LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
-	} `json:"_meta"`
-}
-
-// handleCall runs tools/call to its end: registered before any remote
-// work, begun at the coordinator, executed on the worker, answered through
-// the gate.
+// handleCall runs a request routed to a worker to its end: registered
+// before any remote work, begun at the coordinator, executed on the
+// worker, answered through the gate.
 func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink) {
-	var p callParams
-	if err := json.Unmarshal(m.Params, &p); err != nil || p.Name == "" {
-		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")))
+	p, perr := parseRouted(m)
+	if perr != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, perr))
 		return
 	}
-	if a := p.Arguments; len(a) > 0 && string(a) != "null" && a[0] != '{' {
-		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
-		return
-	}
-	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
+	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, modern: s.isModern(),
+		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token,
+		span: requestSpan(ctx)}
 	c.toward.caps = s.capabilitiesFor(m.Params)
 	if e := c.openRound(m.Params, p); e != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 		return
 	}
-	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
-		c.token = t
-	}
 	if err := s.register(c); err != nil {
-		s.g.metrics.call(p.Name, outcomeRejected)
+		s.g.metrics.call(p.metricName(), outcomeRejected)
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, err))
 		return
 	}
@@ -91,22 +83,24 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	outcome := c.outcome
 	c.mu.Unlock()
 	if outcome != "" {
-		s.g.metrics.call(p.Name, outcome)
+		s.g.metrics.call(p.metricName(), outcome)
 	}
+	observeOutcome(ctx, outcome)
 }
 
-func (c *call) run(p callParams) {
+func (c *call) run(p *routed) {
 	g := c.s.g
-	ctx, cancel := context.WithTimeout(g.base, g.opts.CallTimeout)
+	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
-		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
 	})
 	if err != nil {
-		c.beginFailed(err, p.Name)
+		c.beginFailed(err, p)
 		return
 	}
+	c.placed(begun)
 	// The coordinator may grant less time than asked (it caps deadlines).
 	timeout := begun.GetTimeout().AsDuration()
 	c.mu.Lock()
@@ -128,7 +122,7 @@ func (c *call) run(p callParams) {
 		}
 		next := c.retry(p, begun)
 		if next == nil {
-			c.respond(c.result(toolError("%s", lost)))
+			c.respond(c.failure("%s", lost))
 			return
 		}
 		if c.settled() {
@@ -144,7 +138,7 @@ func (c *call) run(p callParams) {
 // The coordinator checks the rest: the call failed with its worker lost,
 // is not a retry itself, and is not past its deadline. retry returns the
 // new call, or nil.
-func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
+func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	g := c.s.g
 	deadline := lost.GetDeadline().AsTime()
 	c.mu.Lock()
@@ -157,15 +151,15 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	if !ok {
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(g.base, deadline)
+	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
-		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(time.Until(deadline)),
 		RetryOf: lost.GetCallId(),
 	})
 	if err != nil {
-		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "tool", p.Name, "call", lost.GetCallId(), "err", err)
+		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "method", p.method, "target", p.target, "call", lost.GetCallId(), "err", err)
 		switch client.Kind(err) {
 		case client.ErrNotRetryable, client.ErrNoCapacity, client.ErrUnknownTool, client.ErrInvalidArgument:
 		default:
@@ -174,9 +168,9 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 		c.setOutcome(outcomeFailed)
 		return nil
 	}
-	g.log.Info("placed a call lost with its worker on another worker", "scope", c.s.scope, "tool", p.Name,
+	g.log.Info("placed a call lost with its worker on another worker", "scope", c.s.scope, "method", p.method, "target", p.target,
 		"lost", lost.GetCallId(), "lost_worker", lost.GetWorker(), "call", begun.GetCallId(), "worker", begun.GetWorker())
-	g.metrics.retry(p.Name)
+	g.metrics.retry(p.metricName())
 	c.mu.Lock()
 	c.begun = begun
 	pending := c.pending
@@ -189,23 +183,24 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 
 // beginFailed answers a call the coordinator would not place, unless it
 // was cancelled meanwhile.
-func (c *call) beginFailed(err error, tool string) {
+func (c *call) beginFailed(err error, p *routed) {
+	tool := p.target
 	c.setOutcome(outcomeRejected)
 	switch client.Kind(err) {
 	case client.ErrUnknownTool:
-		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)))
+		c.respond(jsonrpc.ErrorResponse(c.id, true, p.unknown(c.modern)))
 	case client.ErrSessionClosed:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "the session was closed; initialize a new one")))
 	case client.ErrDuplicate:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())))
 	case client.ErrNoCapacity:
-		c.respond(c.result(toolError("every worker offering %s is busy; try again shortly", tool)))
+		c.respond(c.failure("every worker offering %s is busy; try again shortly", tool))
 	case client.ErrInvalidArgument:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	default:
 		// The coordinator or etcd went away, perhaps after committing
 		// the call: make sure it ends FAILED, as the client is told.
-		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "tool", tool, "err", err)
+		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "method", p.method, "target", tool, "err", err)
 		c.failLostBegin()
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	}
@@ -219,8 +214,9 @@ func (c *call) beginFailed(err error, tool string) {
 func (c *call) failLostBegin() {
 	g := c.s.g
 	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
-	for wait := 100 * time.Millisecond; wait <= time.Second; wait *= 2 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+	for range 4 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
 		if err == nil {
 			call := got.GetCall()
@@ -237,11 +233,7 @@ func (c *call) failLostBegin() {
 		if err == nil || client.Is(err, client.ErrUnknownCall) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-g.base.Done():
-			t.Stop()
+		if retry.Wait(g.base) != nil {
 			return
 		}
 	}
@@ -250,7 +242,7 @@ func (c *call) failLostBegin() {
 // execute streams the call from its worker and relays what comes back.
 // When the call failed because its worker was lost, it answers nothing
 // and returns the error the client should get, unless the call is retried.
-func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
+func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 	g := c.s.g
 	wc, err := g.workerClient(begun.GetWorkerAddress())
 	if err != nil {
@@ -258,13 +250,18 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	}
 	// The stream is bounded: a worker that goes silent past the call's
 	// deadline (and the cancel that the deadline sends) is lost.
-	ctx, stop := context.WithDeadline(g.base, begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
+	ctx, stop := context.WithDeadline(c.traced(g.base), begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
 	defer stop()
 	c.mu.Lock()
 	c.stopExec = stop
 	c.mu.Unlock()
+	// Watched from before the stream opens: a fresh connection to a worker
+	// gone silent never completes its handshake, and Execute waits for it.
+	heard, endWatch := c.watchQuiet(begun, stop)
+	defer endWatch()
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
-		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
+		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.target, ArgumentsJson: p.arguments,
+		Method: p.beginMethod(), ParamsJson: p.params,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope, InputResponses: c.toward.round.inputs,
@@ -272,8 +269,6 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
-	heard, endWatch := c.watchQuiet(begun, stop)
-	defer endWatch()
 	for {
 		ev, err := stream.Recv()
 		heard()
@@ -296,20 +291,18 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 		case *pb.ExecuteResponse_ClientRequestEnd:
 			c.clientRequestEnded(begun.GetCallId(), e.ClientRequestEnd)
 		case *pb.ExecuteResponse_Result:
-			raw := json.RawMessage(e.Result.GetResultJson())
-			c.setOutcome(resultOutcome(raw))
-			c.respond(c.result(raw))
+			c.answer(e.Result)
 			return ""
 		case *pb.ExecuteResponse_Failed:
 			c.setOutcome(outcomeFailed)
-			msg := "the tool failed"
+			msg := c.failedText()
 			if r := e.Failed.GetReason(); r != "" {
 				msg += ": " + r
 			}
 			if e.Failed.GetInitiator() == pb.Initiator_INITIATOR_WORKER_LOST {
 				return msg
 			}
-			c.respond(c.result(toolError("%s", msg)))
+			c.respond(c.failure("%s", msg))
 			return ""
 		case *pb.ExecuteResponse_Cancelled:
 			c.cancelledBy(e.Cancelled.GetInitiator(), e.Cancelled.GetReason())
@@ -329,7 +322,7 @@ const workerLost = "the worker running this call was lost"
 func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
 		Call:      &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker()},
@@ -339,11 +332,11 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	case err != nil:
 		// Its outcome is unknown, so it must not run again.
 		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)
-		c.respond(c.result(toolError(workerLost)))
+		c.respond(c.failure(workerLost))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
 		c.cancelledBy(resp.GetWinnerInitiator(), resp.GetWinnerReason())
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
-		c.respond(c.result(toolError("the tool completed but its result was lost on the way back")))
+		c.respond(c.failure("the tool completed but its result was lost on the way back"))
 	default:
 		return workerLost
 	}

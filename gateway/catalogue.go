@@ -1,45 +1,182 @@
 package gateway
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"slices"
+	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
-// The gateway fronts tools only, so far: its catalogue of prompts,
-// resources and resource templates is empty. It answers their requests as
-// a server with nothing to offer does, rather than as one that does not
-// know the methods, so that clients listing everything get empty lists
-// (with 2026-07-28's caching hints) and a read names the unknown URI
-// (SEP-2164). The catalogue of what workers offer (issue 19) replaces
-// this.
-func (s *session) emptyCatalogue(m *jsonrpc.Message) (any, *jsonrpc.Error) {
-	switch m.Method {
-	case "prompts/list":
-		return map[string]any{"prompts": []any{}}, nil
-	case "resources/list":
-		return map[string]any{"resources": []any{}}, nil
-	case "resources/templates/list":
-		return map[string]any{"resourceTemplates": []any{}}, nil
-	case "prompts/get":
-		var p struct {
-			Name string `json:"name"`
-		}
-		json.Unmarshal(m.Params, &p)
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown prompt: %q", p.Name)
-	}
-	var p struct {
-		URI string `json:"uri"`
-	}
-	json.Unmarshal(m.Params, &p)
-	code := jsonrpc.CodeInvalidParams
-	if !s.isModern() {
-		code = codeResourceNotFound // what 2025-11-25 and earlier define
-	}
-	data, _ := json.Marshal(map[string]string{"uri": p.URI})
-	return nil, &jsonrpc.Error{Code: code, Message: "Resource not found", Data: data}
+// The catalogue is what live workers offer besides tools: resources,
+// resource templates and prompts, each described in MCP's own JSON by the
+// worker (or the server it fronts), and the features that decide what
+// the gateway advertises. The coordinator keeps it in etcd with each
+// worker's registration and streams the union to every gateway
+// (WatchTools); the gateway answers resources/list,
+// resources/templates/list and prompts/list from it, paginated, without
+// asking any worker. A list is then one answer over every fleet, costs no
+// call, and stays consistent with routing: what is listed is exactly what
+// a read or get can reach. When two workers offer the same URI, template
+// or prompt name they are taken as replicas: the listing shows the first
+// worker's (by name) description, and calls go to either.
+
+// listPageSize is how many entries one page of a list holds.
+const listPageSize = 100
+
+// catalogue is the gateway's copy of what workers offer.
+type catalogue struct {
+	resources []json.RawMessage
+	templates []json.RawMessage
+	prompts   []json.RawMessage
+	features  *pb.Features
 }
 
-// codeResourceNotFound is the resource-not-found code of 2025-11-25 and
-// earlier; 2026-07-28 retired it for -32602.
-const codeResourceNotFound = -32002
+func newCatalogue(offers []*pb.Offer, f *pb.Features) *catalogue {
+	c := &catalogue{features: f}
+	if c.features == nil {
+		c.features = &pb.Features{}
+	}
+	for _, o := range offers {
+		raw := json.RawMessage(o.GetJson())
+		if !json.Valid(raw) {
+			continue
+		}
+		switch o.GetKind() {
+		case pb.OfferKind_OFFER_KIND_RESOURCE:
+			c.resources = append(c.resources, raw)
+		case pb.OfferKind_OFFER_KIND_RESOURCE_TEMPLATE:
+			c.templates = append(c.templates, raw)
+		case pb.OfferKind_OFFER_KIND_PROMPT:
+			c.prompts = append(c.prompts, raw)
+		}
+	}
+	return c
+}
+
+var (
+	notifyResourcesChanged = jsonrpc.Notification("notifications/resources/list_changed", nil)
+	notifyPromptsChanged   = jsonrpc.Notification("notifications/prompts/list_changed", nil)
+)
+
+// setOffers takes a new catalogue from the coordinator's watch and tells
+// clients which lists changed (not on the first, which changes nothing
+// they saw).
+func (g *Gateway) setOffers(m *pb.WatchToolsResponse, first bool) {
+	next := newCatalogue(m.GetOffers(), m.GetFeatures())
+	prev := g.offers.Swap(next)
+	if first || prev == nil {
+		return
+	}
+	if !sameRaw(prev.resources, next.resources) || !sameRaw(prev.templates, next.templates) {
+		g.broadcast(notifyResourcesChanged)
+	}
+	if !sameRaw(prev.prompts, next.prompts) {
+		g.broadcast(notifyPromptsChanged)
+	}
+}
+
+func sameRaw(a, b []json.RawMessage) bool {
+	return slices.EqualFunc(a, b, func(x, y json.RawMessage) bool { return string(x) == string(y) })
+}
+
+func sameTools(a, b []*pb.Tool) bool {
+	return slices.EqualFunc(a, b, func(x, y *pb.Tool) bool { return proto.Equal(x, y) })
+}
+
+// currentOffers returns the catalogue, asking the coordinator when the
+// watch has not delivered yet; an empty one if it cannot say.
+func (g *Gateway) currentOffers(ctx context.Context) (*catalogue, error) {
+	if c := g.offers.Load(); c != nil {
+		return c, nil
+	}
+	resp, err := g.coord.ListTools(ctx, &pb.ListToolsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return newCatalogue(resp.GetOffers(), resp.GetFeatures()), nil
+}
+
+// listOffers answers resources/list, resources/templates/list and
+// prompts/list from the catalogue, one page at a time.
+func (g *Gateway) listOffers(ctx context.Context, m *jsonrpc.Message) (any, *jsonrpc.Error) {
+	var p struct {
+		Cursor *string `json:"cursor"`
+	}
+	json.Unmarshal(m.Params, &p)
+	c, err := g.currentOffers(ctx)
+	if err != nil {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot list: the coordinator is unavailable")
+	}
+	field, all := "resources", c.resources
+	switch m.Method {
+	case "resources/templates/list":
+		field, all = "resourceTemplates", c.templates
+	case "prompts/list":
+		field, all = "prompts", c.prompts
+	}
+	start := 0
+	if p.Cursor != nil {
+		n, ok := parseCursor(*p.Cursor)
+		if !ok || n > len(all) {
+			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid cursor")
+		}
+		start = n
+	}
+	end := min(start+listPageSize, len(all))
+	page := all[start:end]
+	if page == nil {
+		page = []json.RawMessage{}
+	}
+	out := map[string]any{field: page}
+	if end < len(all) {
+		out["nextCursor"] = makeCursor(end)
+	}
+	return out, nil
+}
+
+// Cursors are opaque to clients: an offset into the list, which moves if
+// the list changes between pages (clients hear list_changed then).
+func makeCursor(offset int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("offset:" + strconv.Itoa(offset)))
+}
+
+func parseCursor(s string) (int, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 8 || string(b[:7]) != "offset:" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(b[7:]))
+	return n, err == nil && n >= 0
+}
+
+// capabilities are what the gateway advertises: tools and logging always;
+// resources, prompts and completions only while some live worker offers
+// them, with list_changed (the gateway tells of any worker's change) and
+// subscribe when a worker serves subscriptions.
+func (g *Gateway) capabilities(ctx context.Context) map[string]any {
+	caps := map[string]any{
+		"tools":   map[string]any{"listChanged": true},
+		"logging": map[string]any{},
+	}
+	c, err := g.currentOffers(ctx)
+	if err != nil {
+		return caps
+	}
+	f := c.features
+	if f.GetResources() || len(c.resources) > 0 || len(c.templates) > 0 {
+		caps["resources"] = map[string]any{"listChanged": true, "subscribe": f.GetSubscribe()}
+	}
+	if f.GetPrompts() || len(c.prompts) > 0 {
+		caps["prompts"] = map[string]any{"listChanged": true}
+	}
+	if f.GetCompletions() {
+		caps["completions"] = map[string]any{}
+	}
+	return caps
+}

@@ -47,7 +47,7 @@ func (c *call) requestCancel(who pb.Initiator, reason string) {
 // sendCancel asks the coordinator; it reports whether the cancel won.
 func (c *call) sendCancel(o *cancelOrder) bool {
 	g := c.s.g
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Cancel(ctx, &pb.CancelRequest{
 		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}},
@@ -109,10 +109,10 @@ func (c *call) cancelledBy(who pb.Initiator, reason string) {
 		c.mu.Lock()
 		timeout := c.timeout
 		c.mu.Unlock()
-		c.respond(c.result(toolError("the call timed out after %v and was cancelled", timeout)))
+		c.respond(c.failure("the call timed out after %v and was cancelled", timeout))
 	default:
 		c.setOutcome(outcomeCancelled)
-		c.respond(c.result(toolError("%s", cancelledMessage(who, reason))))
+		c.respond(c.failure("%s", cancelledMessage(who, reason)))
 	}
 	c.mu.Lock()
 	stop := c.stopExec
@@ -233,9 +233,9 @@ func (c *call) result(v any) []byte {
 		return jsonrpc.Response(c.id, v)
 	}
 	if raw, ok := v.(json.RawMessage); ok {
-		return jsonrpc.Response(c.id, completeRaw(raw))
+		return jsonrpc.Response(c.id, completeRaw(c.method, raw))
 	}
-	return jsonrpc.Response(c.id, complete("tools/call", v))
+	return jsonrpc.Response(c.id, complete(c.method, v))
 }
 
 // toolError is a CallToolResult with isError set.

@@ -173,9 +173,10 @@ func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *js
 	h.answer(w, r, s, m)
 }
 
-// answer serves one request: tools/call on an SSE stream, the rest as JSON.
+// answer serves one request: a call routed to a worker on an SSE stream,
+// the rest as JSON.
 func (h *httpTransport) answer(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
-	if m.Method == "tools/call" && acceptsSSE(r) {
+	if isRouted(m.Method) && acceptsSSE(r) {
 		out := h.g.newSSE(w)
 		defer out.close()
 		s.handleOnStream(r.Context(), m, out, false) // a dropped 2025 POST stream is no cancellation

@@ -10,6 +10,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // The rules of 2026-07-28 that apply to a request before it is handled:
@@ -243,7 +244,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}
-	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
+	s := newSession(h.g, client.StreamScope+randid.New(16), principal)
 	s.modern = true
 	if e, status := s.precheck(r.Context(), m); e != nil {
 		writeErrorResponse(w, status, m.ID, true, e)
@@ -254,7 +255,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		h.listen(w, r, s, m)
 		return
 	}
-	if m.Method != "tools/call" || !acceptsSSE(r) {
+	if !isRouted(m.Method) || !acceptsSSE(r) {
 		out := &jsonSink{notFound: true}
 		s.handle(r.Context(), m, out)
 		out.writeTo(w, h.g.opts.WriteTimeout)
@@ -266,28 +267,20 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 }
 
 // listen serves 2026-07-28's subscriptions/listen: a long-lived stream
-// carrying the change notifications the client opted in to. The gateway
-// has one kind to offer, notifications/tools/list_changed.
+// carrying the change notifications the client opted in to: tools,
+// prompts and resources list_changed (listen.go).
 func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
-	var p struct {
-		Notifications struct {
-			ToolsListChanged bool `json:"toolsListChanged"`
-		} `json:"notifications"`
-	}
-	if err := json.Unmarshal(m.Params, &p); err != nil {
+	kinds, granted, err := parseListen(m.Params)
+	if err != nil {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params"))
 		return
 	}
 	out := h.g.newSSE(w)
 	defer out.close()
 	tagged := &listenSink{out: out, id: rawJSON(m.ID)}
-	granted := map[string]any{}
-	if p.Notifications.ToolsListChanged {
-		granted["toolsListChanged"] = true
-	}
 	tagged.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
-	if p.Notifications.ToolsListChanged {
-		s.setNotifier(tagged)
+	if len(kinds) > 0 {
+		s.setNotifier(&listenFilter{out: tagged, kinds: kinds})
 		defer s.setNotifier(nil)
 	}
 	select {

@@ -23,17 +23,26 @@ type listenFanout struct {
 	base sink
 
 	mu   sync.Mutex
-	subs map[string]json.RawMessage // request id key → the id as sent
+	subs map[string]*stdioListen // request id key → the listen
+}
+
+// stdioListen is one listen open on a stdio connection.
+type stdioListen struct {
+	id    json.RawMessage // as sent
+	kinds listenKinds
 }
 
 func (f *listenFanout) send(msg []byte) bool {
-	if !isToolsChanged(msg) {
+	kind := changeKind(msg)
+	if kind == "" {
 		return f.base.send(msg)
 	}
 	f.mu.Lock()
 	ids := make([]json.RawMessage, 0, len(f.subs))
 	for _, key := range slices.Sorted(maps.Keys(f.subs)) { // in a fixed order
-		ids = append(ids, f.subs[key])
+		if l := f.subs[key]; l.kinds[kind] {
+			ids = append(ids, l.id)
+		}
 	}
 	f.mu.Unlock()
 	ok := true
@@ -46,13 +55,6 @@ func (f *listenFanout) send(msg []byte) bool {
 func (f *listenFanout) sendLatest(key string, msg []byte) bool { return f.base.sendLatest(key, msg) }
 
 func (f *listenFanout) flush() { f.base.flush() }
-
-func isToolsChanged(msg []byte) bool {
-	var m struct {
-		Method string `json:"method"`
-	}
-	return json.Unmarshal(msg, &m) == nil && m.Method == "notifications/tools/list_changed"
-}
 
 // fanout returns the session's listen fanout, installing it in front of
 // the connection the first time; nil when the session has no connection
@@ -67,7 +69,7 @@ func (s *session) fanout() *listenFanout {
 	case *listenFanout:
 		return k
 	default:
-		f := &listenFanout{base: k, subs: map[string]json.RawMessage{}}
+		f := &listenFanout{base: k, subs: map[string]*stdioListen{}}
 		s.setNotifier(f)
 		return f
 	}
@@ -81,21 +83,15 @@ func (s *session) listenStdio(m *jsonrpc.Message, reply sink) {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)))
 		return
 	}
-	var p struct {
-		Notifications struct {
-			ToolsListChanged bool `json:"toolsListChanged"`
-		} `json:"notifications"`
-	}
-	if err := json.Unmarshal(m.Params, &p); err != nil {
+	kinds, granted, err := parseListen(m.Params)
+	if err != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params")))
 		return
 	}
 	id := rawJSON(m.ID)
-	granted := map[string]any{}
-	if p.Notifications.ToolsListChanged {
-		granted["toolsListChanged"] = true
+	if len(kinds) > 0 {
 		f.mu.Lock()
-		f.subs[m.ID.Key()] = id
+		f.subs[m.ID.Key()] = &stdioListen{id: id, kinds: kinds}
 		f.mu.Unlock()
 	}
 	(&listenSink{out: reply, id: id}).send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))

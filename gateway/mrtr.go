@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -32,6 +33,9 @@ import (
 // request (tool and arguments). State that does not open under the
 // principal and request of the retry, or that expired, is refused with
 // -32602.
+
+// mrtrMethods are the requests an input_required result may answer.
+var mrtrMethods = []string{"tools/call", "prompts/get", "resources/read"}
 
 // stateKeyBytes is the size of Options.StateKey (AES-256).
 const stateKeyBytes = 32
@@ -67,15 +71,19 @@ type mrtrParams struct {
 
 // openRound reads a 2026-07-28 call's inputResponses and requestState
 // into the answers its handler gets.
-func (c *call) openRound(params json.RawMessage, p callParams) *jsonrpc.Error {
+func (c *call) openRound(params json.RawMessage, p *routed) *jsonrpc.Error {
 	if !c.modern {
 		return nil // 2025 clients answer requests; nothing answers for them
+	}
+	c.toward.tool, c.toward.args = p.method+" "+p.target, p.arguments
+	if p.method != "tools/call" {
+		c.toward.args = p.params
 	}
 	var m mrtrParams
 	json.Unmarshal(params, &m)
 	answers := map[string]json.RawMessage{}
 	if m.RequestState != nil {
-		prior, err := c.s.g.openState(*m.RequestState, c.s.principal, p.Name, p.Arguments)
+		prior, err := c.s.g.openState(*m.RequestState, c.s.principal, c.toward.tool, c.toward.args)
 		if err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: %v", err)
 		}
@@ -93,7 +101,6 @@ func (c *call) openRound(params json.RawMessage, p callParams) *jsonrpc.Error {
 			answers[k] = v
 		}
 	}
-	c.toward.tool, c.toward.args = p.Name, p.Arguments
 	if len(answers) > 0 {
 		c.toward.round.inputs = make(map[string][]byte, len(answers))
 		for k, v := range answers {
@@ -108,6 +115,10 @@ func (c *call) openRound(params json.RawMessage, p callParams) *jsonrpc.Error {
 // the round's call.
 func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *pb.ClientRequest) {
 	c.toward.note(r.GetSeq(), r.GetMethod(), "")
+	if !slices.Contains(mrtrMethods, c.method) {
+		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "a 2026-07-28 client can be asked for input only in tools/call, prompts/get and resources/read")
+		return
+	}
 	if !declares(c.toward.caps, r.GetMethod(), r.GetParamsJson()) {
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return

@@ -29,6 +29,8 @@ const instructions = "Tools run on a worker fleet behind mcpcancel; cancelling a
 var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed", nil)
 
 func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
+	ctx, reply, end := s.observe(ctx, m, reply) // span and duration: trace.go
+	defer end()
 	if m.Method == "server/discover" || metaProtocolVersion(m.Params) == Version20260728 {
 		s.mu.Lock()
 		s.modern = true // this client speaks 2026-07-28
@@ -45,7 +47,7 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		s.listenStdio(m, reply)
 		return
 	}
-	if m.Method == "tools/call" {
+	if isRouted(m.Method) {
 		s.handleCall(ctx, m, reply)
 		return
 	}
@@ -84,13 +86,17 @@ func complete(method string, result any) any {
 // What workers offer comes and goes, so the hints say not to cache.
 var cacheable = []string{"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"}
 
-// completeRaw adds resultType to a raw result object from a worker.
-func completeRaw(raw json.RawMessage) json.RawMessage {
+// completeRaw adds resultType to a raw result object from a worker, and
+// the caching hints of a cacheable method.
+func completeRaw(method string, raw json.RawMessage) json.RawMessage {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil || m == nil {
 		return raw
 	}
 	m["resultType"] = json.RawMessage(`"complete"`)
+	if slices.Contains(cacheable, method) {
+		m["ttlMs"], m["cacheScope"] = json.RawMessage(`0`), json.RawMessage(`"private"`)
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return raw
@@ -101,7 +107,7 @@ func completeRaw(raw json.RawMessage) json.RawMessage {
 func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonrpc.Error) {
 	switch m.Method {
 	case "initialize":
-		return s.initialize(m.Params)
+		return s.initialize(ctx, m.Params)
 	case "ping":
 		return map[string]any{}, nil
 	case "tools/list":
@@ -109,9 +115,9 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 	case "logging/setLevel":
 		return s.setLevel(m.Params)
 	case "server/discover":
-		return s.discover(), nil
-	case "prompts/list", "resources/list", "resources/templates/list", "resources/read", "prompts/get":
-		return s.emptyCatalogue(m)
+		return s.discover(ctx), nil
+	case "prompts/list", "resources/list", "resources/templates/list":
+		return s.g.listOffers(ctx, m)
 	}
 	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
 }
@@ -124,7 +130,7 @@ type initializeParams struct {
 // initialize answers with the client's version if we speak it, else our
 // latest, as the lifecycle spec asks. It is never cancellable: it is not
 // registered as a call, so a cancel naming it finds nothing.
-func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
+func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *jsonrpc.Error) {
 	var p initializeParams
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid initialize params: %v", err)
@@ -139,19 +145,10 @@ func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
 	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
-		"capabilities":    capabilities(),
+		"capabilities":    s.g.capabilities(ctx),
 		"serverInfo":      s.g.serverInfo(),
 		"instructions":    instructions,
 	}, nil
-}
-
-func capabilities() map[string]any {
-	return map[string]any{
-		"tools":     map[string]any{"listChanged": true},
-		"logging":   map[string]any{},
-		"prompts":   map[string]any{},
-		"resources": map[string]any{},
-	}
 }
 
 func (g *Gateway) serverInfo() map[string]any {
@@ -159,13 +156,13 @@ func (g *Gateway) serverInfo() map[string]any {
 }
 
 // discover answers 2026-07-28's server/discover.
-func (s *session) discover() any {
+func (s *session) discover(ctx context.Context) any {
 	return map[string]any{
 		"resultType":        "complete",
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
-		"capabilities":      capabilities(),
+		"capabilities":      s.g.capabilities(ctx),
 		"instructions":      instructions,
 		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": s.g.serverInfo()},
 	}

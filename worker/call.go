@@ -12,14 +12,23 @@ import (
 // failed lookup) is a Result with IsError set; see Errorf.
 type Result = mcp.CallToolResult
 
-// Call is one tool call as the handler sees it.
+// Call is one call as its handler sees it: a tool call, or a request for
+// a resource, a prompt or a completion.
 type Call struct {
 	// ID is the coordinator's call id (not the client's request id).
 	ID string
-	// Tool is the tool's name.
+	// Method is the MCP method (MethodToolsCall, MethodResourcesRead, ...).
+	Method string
+	// Tool is the call's target: the tool's name, the resource's URI, the
+	// prompt's name, or a completion's reference (RefPrompt or RefResource
+	// and a name or URI).
 	Tool string
-	// Arguments is the JSON object the client sent.
+	// Arguments is the JSON object the client sent: a tool's arguments,
+	// or a prompt's; {} for other methods.
 	Arguments json.RawMessage
+	// Params is the request's MCP params (without _meta) for methods
+	// other than tools/call, such as mcp.CompleteParams.
+	Params json.RawMessage
 	// Deadline is when the call times out; zero if it has none.
 	Deadline time.Time
 
@@ -36,10 +45,27 @@ func (c *Call) Principal() string { return c.principal }
 // verified them; nil without OAuth.
 func (c *Call) Scopes() []string { return c.scopes }
 
+// URI is a resource call's URI (resources/read, subscribe, unsubscribe).
+func (c *Call) URI() string {
+	if c.Method == MethodResourcesRead || c.Method == MethodResourcesSubscribe || c.Method == MethodResourcesUnsubscribe {
+		return c.Tool
+	}
+	return ""
+}
+
 // Bind decodes the arguments into v.
 func (c *Call) Bind(v any) error {
 	if err := json.Unmarshal(c.Arguments, v); err != nil {
 		return fmt.Errorf("invalid arguments for %s: %w", c.Tool, err)
+	}
+	return nil
+}
+
+// BindParams decodes the request's params (methods other than
+// tools/call) into v, such as an *mcp.CompleteParams.
+func (c *Call) BindParams(v any) error {
+	if err := json.Unmarshal(c.Params, v); err != nil {
+		return fmt.Errorf("invalid params for %s: %w", c.describe(), err)
 	}
 	return nil
 }

@@ -51,7 +51,7 @@ type towardState struct {
 
 	mu      sync.Mutex
 	next    int64
-	pending map[int64]chan answer
+	pending map[int64]chan clientAnswer
 	inputs  map[string]json.RawMessage // 2026-07-28 answers of earlier rounds, by key
 	methods map[int64]string           // every request's method, by number
 	ended   []*pb.ChildRequest         // how each ended request ended, for the audit
@@ -74,7 +74,7 @@ func (t *towardState) children() []*pb.ChildRequest {
 	return out
 }
 
-type answer struct {
+type clientAnswer struct {
 	result json.RawMessage
 	err    error
 }
@@ -288,8 +288,8 @@ func cut(s string) (string, string, bool) {
 // input responses, refused, or sent and awaiting its answer.
 type asked struct {
 	seq    int64
-	ch     chan answer // nil when answered already
-	answer answer
+	ch     chan clientAnswer // nil when answered already
+	answer clientAnswer
 }
 
 // prepare numbers a request and, unless the call's input responses
@@ -307,18 +307,18 @@ func (e *execution) prepare(ctx context.Context, method string, params json.RawM
 	key := inputKey(ctx, a.seq)
 	if r, ok := t.inputs[key]; ok {
 		delete(t.inputs, key) // one answer per request
-		a.answer = answer{result: r}
+		a.answer = clientAnswer{result: r}
 		t.endLocked(a.seq, "from_input")
 		return a
 	}
 	if err := t.declared(method, params); err != nil {
-		a.answer = answer{err: err}
+		a.answer = clientAnswer{err: err}
 		t.endLocked(a.seq, "refused")
 		return a
 	}
-	a.ch = make(chan answer, 1)
+	a.ch = make(chan clientAnswer, 1)
 	if t.pending == nil {
-		t.pending = map[int64]chan answer{}
+		t.pending = map[int64]chan clientAnswer{}
 	}
 	t.pending[a.seq] = a.ch
 	return a
@@ -333,7 +333,7 @@ func (e *execution) sendAsked(ctx context.Context, a *asked, method string, para
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequest{ClientRequest: &pb.ClientRequest{
 		Seq: a.seq, Method: method, ParamsJson: params, Key: inputKey(ctx, a.seq), More: more,
 	}}}) && e.toward.take(a.seq, "cancelled") {
-		a.ch, a.answer = nil, answer{err: ErrCallEnded}
+		a.ch, a.answer = nil, clientAnswer{err: ErrCallEnded}
 	}
 }
 
@@ -400,7 +400,7 @@ func (w *Worker) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerRes
 	if e == nil || e.toward.scope != req.GetScope() {
 		return &pb.AnswerResponse{}, nil // not running here, or not the caller's: nothing to tell
 	}
-	var a answer
+	var a clientAnswer
 	outcome := "answered"
 	switch v := req.GetAnswer().(type) {
 	case *pb.AnswerRequest_ResultJson:

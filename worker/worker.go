@@ -1,5 +1,8 @@
-// Package worker is the runtime a tool author embeds to run MCP tools on a
-// worker fleet behind mcpcancel. Register tools with Handle, then Run: the
+// Package worker is the runtime a tool author embeds to run MCP tools,
+// resources, prompts and completions on a worker fleet behind mcpcancel.
+// Register tools with Handle (and resources, templates, prompts and
+// completions with HandleResource, HandleResourceTemplate, HandlePrompt
+// and HandleCompletion), then Run: the
 // worker serves Execute to gateways, attaches to a coordinator (any
 // replica, reconnecting as needed), and settles each call there before a
 // result leaves it. A handler's context is cancelled the moment its call is
@@ -8,8 +11,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // detachTimeout bounds the wait for the coordinator to revoke the lease.
@@ -103,13 +105,15 @@ type Worker struct {
 
 	mu       sync.Mutex
 	tools    map[string]*registered
-	toolsGen uint64 // counts changes to tools
+	offered  *offered // resources, templates, prompts, completions
+	toolsGen uint64   // counts changes to tools and offers
 	calls    map[string]*execution
 	draining bool
 	running  sync.WaitGroup // handlers
 
 	ctrl    *control
 	metrics *metrics
+	conn    *dial.Conn // redialled when found half-dead (see redial)
 	coord   pb.CoordinatorServiceClient
 	closed  chan struct{}
 	stop    context.CancelFunc
@@ -127,7 +131,7 @@ var _ pb.WorkerServiceServer = (*Worker)(nil)
 func New(opts Options) *Worker {
 	if opts.Name == "" {
 		host, _ := os.Hostname()
-		opts.Name = sanitizeName(host) + "-" + randomHex(4)
+		opts.Name = sanitizeName(host) + "-" + randid.New(4)
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 30 * time.Second
@@ -139,6 +143,7 @@ func New(opts Options) *Worker {
 		opts:    opts,
 		log:     opts.Logger.With("worker", opts.Name),
 		tools:   map[string]*registered{},
+		offered: newOffered(),
 		calls:   map[string]*execution{},
 		closed:  make(chan struct{}),
 		runDone: make(chan struct{}),
@@ -198,11 +203,12 @@ func (w *Worker) SetTools(tools []Tool, h Handler) {
 	w.ctrl.toolsChanged()
 }
 
-// toolList returns the tool set and its generation.
-func (w *Worker) toolList() ([]*pb.Tool, uint64) {
+// offer returns everything the worker offers, and its generation.
+func (w *Worker) offer() (*pb.ToolsChanged, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.toolListLocked(), w.toolsGen
+	offers, features := w.offered.proto()
+	return &pb.ToolsChanged{Tools: w.toolListLocked(), Offers: offers, Features: features}, w.toolsGen
 }
 
 func (w *Worker) toolListLocked() []*pb.Tool {
@@ -226,11 +232,12 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	if w.opts.Advertise == "" {
 		w.opts.Advertise = lis.Addr().String()
 	}
-	conn, err := dial.New(w.opts.Coordinator, w.opts.DialOptions...)
+	conn, err := dial.Open(w.opts.Coordinator, w.opts.DialOptions...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	w.conn = conn
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
 	srv := grpcserver.New(w.log, w.metrics.reg, grpcserver.Keepalive{}, w.opts.ServerOptions...)
@@ -326,12 +333,6 @@ func (w *Worker) Close() error {
 	stop()
 	<-w.runDone
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func sanitizeName(s string) string {

@@ -22,7 +22,8 @@ type AuditRecord struct {
 	Scope       string          `json:"scope"`
 	Principal   string          `json:"principal"`
 	RequestID   json.RawMessage `json:"request_id"`
-	Tool        string          `json:"tool"`
+	Method      string          `json:"method"`
+	Tool        string          `json:"tool"` // or the resource URI, prompt name, completion reference
 	Worker      string          `json:"worker"`
 	Gateway     string          `json:"gateway"`
 	Outcome     string          `json:"outcome"`
@@ -32,6 +33,7 @@ type AuditRecord struct {
 	SettledAt   time.Time       `json:"settled_at"`
 	StoppedAt   *time.Time      `json:"stopped_at"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	TraceID     string          `json:"trace_id,omitempty"`
 	// ChildRequests are the requests the call sent toward its client.
 	ChildRequests []ChildRequest `json:"child_requests,omitempty"`
 }
@@ -85,7 +87,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: id, Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: InitiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: timestamp(a.RequestedAt), SettledAt: timestamp(a.SettledAt),
-		RetryOf: a.RetryOf,
+		RetryOf: a.RetryOf, TraceId: a.TraceID, Method: a.Method,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
@@ -103,7 +105,8 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(), ChildRequests: ChildRequestsFromProto(p.GetChildRequests()),
+		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), Method: p.GetMethod(),
+		ChildRequests: ChildRequestsFromProto(p.GetChildRequests()),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

@@ -24,7 +24,7 @@ import (
 
 // auditFields are the fields of an audit record as JSON (DESIGN section 7).
 var auditFields = []string{
-	"call_id", "scope", "principal", "request_id", "tool", "worker", "gateway",
+	"call_id", "scope", "principal", "request_id", "method", "tool", "worker", "gateway",
 	"outcome", "initiator", "reason", "requested_at", "settled_at", "stopped_at",
 }
 

@@ -29,7 +29,8 @@ const aboutDev = `Runs everything in one process for trying mcpcancel: an embedd
 coordinator, a worker with the demo tools (sleep, echo, spin) and a gateway
 serving MCP on --http (or on stdio with --stdio; logs then go to stderr only).
 With --upstream-stdio or --upstream-http the worker fronts that MCP server
-instead of serving the demo tools. Prints one line per endpoint on stderr.
+instead of serving the demo tools; --upstream-config filters and tunes its
+tools (see the worker command). Prints one line per endpoint on stderr.
 With --stdio it runs beside any other dev: if the default coordinator port
 is taken, the coordinator listens on a free one (see its line on stderr).
 On SIGINT or SIGTERM it stops the parts in order and removes its temporary

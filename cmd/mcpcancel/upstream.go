@@ -24,13 +24,15 @@ type upstreamFlags struct {
 	headerFile, tokenURL, clientID, clientSecretFile, scopes string
 }
 
-// register adds --upstream-stdio and --upstream-http, and with limits
-// also --upstream-config and --max-concurrency.
+// register adds --upstream-stdio, --upstream-http and --upstream-config
+// (dev needs the allow/deny lists too: a fronted server may have tools
+// no anonymous client should reach), and with limits also
+// --max-concurrency and the adapter's credentials.
 func (u *upstreamFlags) register(f *cmdline.Flags, limits bool) {
 	f.StringVar(&u.stdio, "upstream-stdio", "", "front the MCP server this `command` runs, over its stdio ('CMD ARGS...', split like a shell without expansion)")
 	f.StringVar(&u.http, "upstream-http", "", "front the MCP server at this Streamable HTTP `URL`")
+	f.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
 	if limits {
-		f.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
 		f.IntVar(&u.maxConcurrency, "max-concurrency", 0, "most calls forwarded to the upstream server at once; 0 means no limit")
 		f.StringVar(&u.headerFile, "upstream-header-file", "", "secret `file` with the header (\"Name: value\", or a bare bearer token) the adapter sends to --upstream-http, reread when it changes")
 		f.StringVar(&u.tokenURL, "upstream-token-url", "", "OAuth token endpoint `URL`: the adapter gets its own client-credentials token for --upstream-http")

@@ -46,6 +46,7 @@ func RegisterFixtures(w *worker.Worker) {
 	fixture("test_tool_with_progress", "Reports progress three times.", withProgress)
 	registerDiagnostics(w)
 	registerToward(w)
+	registerFixtureOffers(w)
 }
 
 func fixed(r *worker.Result) worker.Handler {

@@ -1,10 +1,14 @@
-// Package upstream fronts an existing MCP server as mcpcancel worker tools.
+// Package upstream fronts an existing MCP server as an mcpcancel worker.
 //
 // An Adapter runs the server as a child process over stdio, or connects to
 // it over Streamable HTTP, with the Go MCP SDK's client. It registers the
 // server's tools (name, title, description, input and output schemas,
-// annotations) as its worker's tools, and re-registers them when the server
-// sends notifications/tools/list_changed. Each call is forwarded with the
+// annotations) as its worker's tools, and its resources, resource
+// templates, prompts and completions as the worker's offers (offers.go),
+// and re-registers them when the server sends a list_changed
+// notification. Every request the gateway routes to the worker is
+// forwarded: tools/call, resources/read, prompts/get, completion/complete,
+// resources/subscribe and unsubscribe. Each call is forwarded with the
 // client session's own fresh request id, never the MCP client's. When the
 // coordinator decides a cancel, the worker cancels the handler's context:
 // the SDK then sends the server notifications/cancelled naming the
@@ -28,6 +32,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
@@ -151,7 +156,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	a.started = true
 	a.mu.Unlock()
-	wait := a.opts.MinBackoff
+	retry := backoff.Backoff{Min: a.opts.MinBackoff, Max: a.opts.MaxBackoff}
 	for {
 		start := time.Now()
 		err := a.connectOnce(ctx)
@@ -159,29 +164,32 @@ func (a *Adapter) Run(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(start) > 10*a.opts.MaxBackoff {
-			wait = a.opts.MinBackoff
+			retry.Reset()
 		}
+		wait := retry.Next()
 		a.log.Warn("upstream MCP server disconnected; reconnecting", "err", err, "in", wait)
-		if !sleepCtx(ctx, wait) {
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
-		wait = min(2*wait, a.opts.MaxBackoff)
 	}
 }
 
 // connectOnce runs one connection to the server until it ends or ctx is
 // done.
 func (a *Adapter) connectOnce(ctx context.Context) error {
-	refresh := make(chan struct{}, 1)
+	refresh, refreshOffers := make(chan struct{}, 1), make(chan struct{}, 1)
+	poke := func(ch chan struct{}) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 	opts := &mcp.ClientOptions{
 		// Sampling, elicitation and roots are the calls' clients' (toward.go).
-		Capabilities: towardCapabilities(),
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			select {
-			case refresh <- struct{}{}:
-			default:
-			}
-		},
+		Capabilities:               towardCapabilities(),
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { poke(refresh) },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { poke(refreshOffers) },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { poke(refreshOffers) },
 	}
 	// No ProgressNotificationHandler: the SDK would deliver progress on a
 	// goroutine of its own, after the result it preceded. The transport
@@ -195,6 +203,9 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 	ended := make(chan struct{})
 	go func() { conn.sess.Wait(); close(ended) }() // ends when conn is closed; waited below
 	defer func() { conn.close(); <-ended }()
+	if err := a.registerOffers(ctx, conn.sess); err != nil {
+		return err
+	}
 	if err := a.registerTools(ctx, conn.sess); err != nil {
 		return err
 	}
@@ -210,6 +221,10 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 		case <-refresh:
 			if err := a.registerTools(ctx, conn.sess); err != nil {
 				a.log.Warn("re-listing tools after tools/list_changed", "err", err)
+			}
+		case <-refreshOffers:
+			if err := a.registerOffers(ctx, conn.sess); err != nil {
+				a.log.Warn("re-listing resources and prompts after list_changed", "err", err)
 			}
 		}
 	}
@@ -241,17 +256,5 @@ func (a *Adapter) session(ctx context.Context) (*mcp.ClientSession, error) {
 		case <-t.C:
 			return nil, fmt.Errorf("%w: not connected after %v", ErrUnavailable, a.opts.ConnectWait)
 		}
-	}
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

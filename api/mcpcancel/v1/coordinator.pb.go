@@ -161,7 +161,13 @@ type BeginRequest struct {
 	// with initiator WORKER_LOST, is not itself a retry, and its tool is
 	// idempotent; never on the lost call's worker. Otherwise Begin fails
 	// with reason NOT_RETRYABLE.
-	RetryOf       string `protobuf:"bytes,6,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,6,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The MCP method; empty means tools/call. For other methods, tool names
+	// the target: the resource URI (resources/read, resources/subscribe,
+	// resources/unsubscribe), the prompt name (prompts/get), or, for
+	// completion/complete, "ref/prompt:" plus the prompt's name or
+	// "ref/resource:" plus the resource's URI or URI template.
+	Method        string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +240,13 @@ func (x *BeginRequest) GetTimeout() *durationpb.Duration {
 func (x *BeginRequest) GetRetryOf() string {
 	if x != nil {
 		return x.RetryOf
+	}
+	return ""
+}
+
+func (x *BeginRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
 	}
 	return ""
 }
@@ -1040,8 +1053,11 @@ type WorkerHello struct {
 	// not (an older one) keeps its lease for as long as its stream lives,
 	// which transport keepalive bounds.
 	SendsHeartbeats bool `protobuf:"varint,6,opt,name=sends_heartbeats,json=sendsHeartbeats,proto3" json:"sends_heartbeats,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Resources, resource templates and prompts the worker offers.
+	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerHello) Reset() {
@@ -1114,6 +1130,20 @@ func (x *WorkerHello) GetSendsHeartbeats() bool {
 		return x.SendsHeartbeats
 	}
 	return false
+}
+
+func (x *WorkerHello) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *WorkerHello) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 type HandlerStopped struct {
@@ -1276,9 +1306,12 @@ func (*Heartbeat) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
+// ToolsChanged is the worker's whole offer, after any of it changed.
 type ToolsChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	Offers        []*Offer               `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features              `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1320,12 +1353,27 @@ func (x *ToolsChanged) GetTools() []*Tool {
 	return nil
 }
 
+func (x *ToolsChanged) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *ToolsChanged) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
 type AttachResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*AttachResponse_Attached
 	//	*AttachResponse_Stop
+	//	*AttachResponse_Heartbeat
 	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1386,6 +1434,15 @@ func (x *AttachResponse) GetStop() *StopCall {
 	return nil
 }
 
+func (x *AttachResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isAttachResponse_Msg interface {
 	isAttachResponse_Msg()
 }
@@ -1398,9 +1455,18 @@ type AttachResponse_Stop struct {
 	Stop *StopCall `protobuf:"bytes,2,opt,name=stop,proto3,oneof"`
 }
 
+type AttachResponse_Heartbeat struct {
+	// The answer to each of the worker's heartbeats. A worker that stops
+	// hearing them while it sends knows its link is half-dead (replies
+	// lost, stop orders with them) and reconnects on a fresh one.
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*AttachResponse_Attached) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Stop) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Heartbeat) isAttachResponse_Msg() {}
 
 type Attached struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1414,8 +1480,10 @@ type Attached struct {
 	// How often the worker must send something (a Heartbeat when it has
 	// nothing else) for its lease to be kept alive.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The coordinator answers every Heartbeat with one of its own.
+	EchoesHeartbeats bool `protobuf:"varint,6,opt,name=echoes_heartbeats,json=echoesHeartbeats,proto3" json:"echoes_heartbeats,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Attached) Reset() {
@@ -1481,6 +1549,13 @@ func (x *Attached) GetHeartbeatInterval() *durationpb.Duration {
 		return x.HeartbeatInterval
 	}
 	return nil
+}
+
+func (x *Attached) GetEchoesHeartbeats() bool {
+	if x != nil {
+		return x.EchoesHeartbeats
+	}
+	return false
 }
 
 // StopCall orders the worker to stop a call that was settled without it.
@@ -1640,7 +1715,9 @@ type WorkerInfo struct {
 	Capacity int32                  `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Draining bool                   `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Calls whose handlers have not yet returned, as this replica sees them.
-	InFlight      int32 `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight      int32     `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1717,6 +1794,20 @@ func (x *WorkerInfo) GetInFlight() int32 {
 	return 0
 }
 
+func (x *WorkerInfo) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
 type ListToolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1754,8 +1845,12 @@ func (*ListToolsRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListToolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tools []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The union of the offers of live, undrained workers (one per kind and
+	// key), and of their features.
+	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1793,6 +1888,20 @@ func (*ListToolsResponse) Descriptor() ([]byte, []int) {
 func (x *ListToolsResponse) GetTools() []*Tool {
 	if x != nil {
 		return x.Tools
+	}
+	return nil
+}
+
+func (x *ListToolsResponse) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *ListToolsResponse) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -1931,8 +2040,18 @@ type ListAuditRequest struct {
 	Tool    string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	Outcome string                 `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// At most this many records (default 100, maximum 1000).
-	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only records of calls by this principal.
+	Principal string `protobuf:"bytes,40,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Only records decided by this initiator (cancel_lost: who asked).
+	Initiator Initiator `protobuf:"varint,41,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	// Only records of calls of this MCP method, e.g. "tools/call".
+	Method string `protobuf:"bytes,42,opt,name=method,proto3" json:"method,omitempty"`
+	// Only records of calls whose id starts with this (lower-case hex).
+	CallIdPrefix string `protobuf:"bytes,43,opt,name=call_id_prefix,json=callIdPrefix,proto3" json:"call_id_prefix,omitempty"`
+	// Only records settled before this time.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=until,proto3" json:"until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2007,6 +2126,41 @@ func (x *ListAuditRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListAuditRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *ListAuditRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetCallIdPrefix() string {
+	if x != nil {
+		return x.CallIdPrefix
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
 }
 
 type ListAuditResponse struct {
@@ -2186,9 +2340,13 @@ func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
+// WatchToolsResponse is the catalogue of live, undrained workers: tools,
+// offers and features, as ListToolsResponse.
 type WatchToolsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	Offers        []*Offer               `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
+	Features      *Features              `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2226,6 +2384,20 @@ func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
 func (x *WatchToolsResponse) GetTools() []*Tool {
 	if x != nil {
 		return x.Tools
+	}
+	return nil
+}
+
+func (x *WatchToolsResponse) GetOffers() []*Offer {
+	if x != nil {
+		return x.Offers
+	}
+	return nil
+}
+
+func (x *WatchToolsResponse) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -2726,14 +2898,16 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
-	"\bretry_of\x18\x06 \x01(\tR\aretryOf\"\x8a\x02\n" +
+	"\bretry_of\x18\x06 \x01(\tR\aretryOf\x12\x16\n" +
+	"\x06method\x18\n" +
+	" \x01(\tR\x06method\"\x8a\x02\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
@@ -2792,33 +2966,41 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06detach\x18\x04 \x01(\v2\x14.mcpcancel.v1.DetachH\x00R\x06detach\x12A\n" +
 	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
 	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\xc7\x01\n" +
+	"\x03msg\"\xa8\x02\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12(\n" +
 	"\x05tools\x18\x03 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12\x1a\n" +
 	"\bcapacity\x18\x04 \x01(\x05R\bcapacity\x12\x19\n" +
 	"\blease_id\x18\x05 \x01(\x03R\aleaseId\x12)\n" +
-	"\x10sends_heartbeats\x18\x06 \x01(\bR\x0fsendsHeartbeats\"d\n" +
+	"\x10sends_heartbeats\x18\x06 \x01(\bR\x0fsendsHeartbeats\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"d\n" +
 	"\x0eHandlerStopped\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\a\n" +
 	"\x05Drain\"\b\n" +
 	"\x06Detach\"\v\n" +
-	"\tHeartbeat\"8\n" +
+	"\tHeartbeat\"\x99\x01\n" +
 	"\fToolsChanged\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"{\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xb4\x01\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
-	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stopB\x05\n" +
-	"\x03msg\"\xe3\x01\n" +
+	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\x03msg\"\x90\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
-	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xa1\x01\n" +
+	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12+\n" +
+	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
@@ -2826,7 +3008,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x14\n" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
-	"\aworkers\x18\x01 \x03(\v2\x18.mcpcancel.v1.WorkerInfoR\aworkers\"\xb9\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x18.mcpcancel.v1.WorkerInfoR\aworkers\"\x9a\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2834,16 +3016,22 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05tools\x18\x03 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12\x1a\n" +
 	"\bcapacity\x18\x04 \x01(\x05R\bcapacity\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x1b\n" +
-	"\tin_flight\x18\x06 \x01(\x05R\binFlight\"\x12\n" +
-	"\x10ListToolsRequest\"=\n" +
+	"\tin_flight\x18\x06 \x01(\x05R\binFlight\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\x12\n" +
+	"\x10ListToolsRequest\"\x9e\x01\n" +
 	"\x11ListToolsResponse\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"`\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"`\n" +
 	"\x0eGetCallRequest\x12\x19\n" +
 	"\acall_id\x18\x01 \x01(\tH\x00R\x06callId\x12)\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03keyB\b\n" +
 	"\x06target\"9\n" +
 	"\x0fGetCallResponse\x12&\n" +
-	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\xc7\x01\n" +
+	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\x8c\x03\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
@@ -2851,7 +3039,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tprincipal\x18( \x01(\tR\tprincipal\x125\n" +
+	"\tinitiator\x18) \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
+	"\x06method\x18* \x01(\tR\x06method\x12$\n" +
+	"\x0ecall_id_prefix\x18+ \x01(\tR\fcallIdPrefix\x120\n" +
+	"\x05until\x18, \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"p\n" +
 	"\x11ListAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.mcpcancel.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
@@ -2859,9 +3052,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"G\n" +
 	"\x12WatchAuditResponse\x121\n" +
 	"\x06record\x18\x01 \x01(\v2\x19.mcpcancel.v1.AuditRecordR\x06record\"\x13\n" +
-	"\x11WatchToolsRequest\">\n" +
+	"\x11WatchToolsRequest\"\x9f\x01\n" +
 	"\x12WatchToolsResponse\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"\x97\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
+	"\x06offers\x18\n" +
+	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\x97\x01\n" +
 	"\x12CancelScopeRequest\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
@@ -2993,9 +3189,11 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(Initiator)(0),                // 46: mcpcancel.v1.Initiator
 	(*ChildRequest)(nil),          // 47: mcpcancel.v1.ChildRequest
 	(*Tool)(nil),                  // 48: mcpcancel.v1.Tool
-	(CallState)(0),                // 49: mcpcancel.v1.CallState
-	(*Call)(nil),                  // 50: mcpcancel.v1.Call
-	(*AuditRecord)(nil),           // 51: mcpcancel.v1.AuditRecord
+	(*Offer)(nil),                 // 49: mcpcancel.v1.Offer
+	(*Features)(nil),              // 50: mcpcancel.v1.Features
+	(CallState)(0),                // 51: mcpcancel.v1.CallState
+	(*Call)(nil),                  // 52: mcpcancel.v1.Call
+	(*AuditRecord)(nil),           // 53: mcpcancel.v1.AuditRecord
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	43, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -3027,64 +3225,77 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	17, // 26: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
 	16, // 27: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	48, // 28: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	45, // 29: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	48, // 30: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	19, // 31: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	20, // 32: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	44, // 33: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 34: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	49, // 35: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	46, // 36: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	23, // 37: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	48, // 38: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	48, // 39: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	43, // 40: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	50, // 41: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	45, // 42: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	51, // 43: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	45, // 44: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	51, // 45: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	48, // 46: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	46, // 47: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 48: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	36, // 49: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	44, // 50: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 51: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 52: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 53: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 54: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 55: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 56: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	21, // 57: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	24, // 58: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	26, // 59: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	28, // 60: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	30, // 61: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	32, // 62: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	34, // 63: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	37, // 64: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	39, // 65: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	41, // 66: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 67: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 68: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 69: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 70: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 71: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 73: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 74: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 75: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 77: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 78: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 79: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 80: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 81: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	67, // [67:82] is the sub-list for method output_type
-	52, // [52:67] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	49, // 29: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	50, // 30: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	45, // 31: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	48, // 32: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	49, // 33: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	50, // 34: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	19, // 35: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	20, // 36: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	16, // 37: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	44, // 38: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 39: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	51, // 40: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	46, // 41: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	23, // 42: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	48, // 43: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	49, // 44: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	50, // 45: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	48, // 46: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	49, // 47: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	50, // 48: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	43, // 49: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	52, // 50: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	45, // 51: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	46, // 52: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 53: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	53, // 54: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	45, // 55: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	53, // 56: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	48, // 57: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	49, // 58: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	50, // 59: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	46, // 60: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 61: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	36, // 62: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	44, // 63: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 64: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 65: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 66: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 67: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 68: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 69: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	21, // 70: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	24, // 71: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	26, // 72: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	28, // 73: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	30, // 74: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	32, // 75: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	34, // 76: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	37, // 77: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	39, // 78: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	41, // 79: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	3,  // 80: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 81: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 82: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 83: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 84: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 85: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 86: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 87: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 88: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 89: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 90: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 91: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 92: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 93: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 94: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	80, // [80:95] is the sub-list for method output_type
+	65, // [65:80] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3108,6 +3319,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
+		(*AttachResponse_Heartbeat)(nil),
 	}
 	file_mcpcancel_v1_coordinator_proto_msgTypes[24].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),

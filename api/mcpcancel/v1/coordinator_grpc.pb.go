@@ -44,7 +44,8 @@ const (
 // cancellation or failure won. Every replica serves every request; all
 // shared state is in etcd.
 type CoordinatorServiceClient interface {
-	// Begin picks a live worker offering the tool and records the call.
+	// Begin picks a live worker offering the call's target (a tool, a
+	// resource, a prompt) and records the call.
 	Begin(ctx context.Context, in *BeginRequest, opts ...grpc.CallOption) (*BeginResponse, error)
 	// Cancel tries to cancel a call. It never fails because the call already
 	// settled: the result says what happened instead.
@@ -269,7 +270,8 @@ func (c *coordinatorServiceClient) CloseSession(ctx context.Context, in *CloseSe
 // cancellation or failure won. Every replica serves every request; all
 // shared state is in etcd.
 type CoordinatorServiceServer interface {
-	// Begin picks a live worker offering the tool and records the call.
+	// Begin picks a live worker offering the call's target (a tool, a
+	// resource, a prompt) and records the call.
 	Begin(context.Context, *BeginRequest) (*BeginResponse, error)
 	// Cancel tries to cancel a call. It never fails because the call already
 	// settled: the result says what happened instead.

@@ -144,6 +144,59 @@ func (Initiator) EnumDescriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
+// OfferKind says what an Offer is.
+type OfferKind int32
+
+const (
+	OfferKind_OFFER_KIND_UNSPECIFIED       OfferKind = 0
+	OfferKind_OFFER_KIND_RESOURCE          OfferKind = 1
+	OfferKind_OFFER_KIND_RESOURCE_TEMPLATE OfferKind = 2
+	OfferKind_OFFER_KIND_PROMPT            OfferKind = 3
+)
+
+// Enum value maps for OfferKind.
+var (
+	OfferKind_name = map[int32]string{
+		0: "OFFER_KIND_UNSPECIFIED",
+		1: "OFFER_KIND_RESOURCE",
+		2: "OFFER_KIND_RESOURCE_TEMPLATE",
+		3: "OFFER_KIND_PROMPT",
+	}
+	OfferKind_value = map[string]int32{
+		"OFFER_KIND_UNSPECIFIED":       0,
+		"OFFER_KIND_RESOURCE":          1,
+		"OFFER_KIND_RESOURCE_TEMPLATE": 2,
+		"OFFER_KIND_PROMPT":            3,
+	}
+)
+
+func (x OfferKind) Enum() *OfferKind {
+	p := new(OfferKind)
+	*p = x
+	return p
+}
+
+func (x OfferKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OfferKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_mcpcancel_v1_types_proto_enumTypes[2].Descriptor()
+}
+
+func (OfferKind) Type() protoreflect.EnumType {
+	return &file_mcpcancel_v1_types_proto_enumTypes[2]
+}
+
+func (x OfferKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OfferKind.Descriptor instead.
+func (OfferKind) EnumDescriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
 // RequestId is a JSON-RPC request id exactly as the client sent it.
 // The integer 1 and the string "1" are different ids.
 type RequestId struct {
@@ -403,7 +456,14 @@ type Call struct {
 	Deadline    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	SettledAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=settled_at,json=settledAt,proto3" json:"settled_at,omitempty"`
 	// The call this one retries: it failed when its worker was lost.
-	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The MCP method (tools/call, resources/read, prompts/get, ...); tool
+	// then names its target. Empty in records written before methods were
+	// recorded, which are all tools/call.
+	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The W3C trace id (32 hex digits) of the trace the call ran in, when
+	// its gateway passed trace context; empty otherwise.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +596,20 @@ func (x *Call) GetRetryOf() string {
 	return ""
 }
 
+func (x *Call) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Call) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 // AuditRecord is one audited decision. Its JSON form (snake_case field
 // names, request_id as the client sent it) is the export format.
 type AuditRecord struct {
@@ -558,6 +632,10 @@ type AuditRecord struct {
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The call this one retries, if it is a retry.
 	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The MCP method; tool names its target (see Call.method).
+	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
+	TraceId string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// The requests the call sent toward its client, and how each ended.
 	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -692,6 +770,20 @@ func (x *AuditRecord) GetRetryOf() string {
 	return ""
 }
 
+func (x *AuditRecord) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 func (x *AuditRecord) GetChildRequests() []*ChildRequest {
 	if x != nil {
 		return x.ChildRequests
@@ -768,6 +860,146 @@ func (x *ChildRequest) GetOutcome() string {
 	return ""
 }
 
+// Offer is a resource, resource template or prompt a worker offers. Its
+// description is MCP's own JSON object (a Resource, ResourceTemplate or
+// Prompt), shown to clients as it is, so what a fronted server says of it
+// passes through whole.
+type Offer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  OfferKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=mcpcancel.v1.OfferKind" json:"kind,omitempty"`
+	// What routes to it: the resource's uri, the template's uriTemplate
+	// (RFC 6570) or the prompt's name.
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Json          []byte `protobuf:"bytes,3,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Offer) Reset() {
+	*x = Offer{}
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Offer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Offer) ProtoMessage() {}
+
+func (x *Offer) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Offer.ProtoReflect.Descriptor instead.
+func (*Offer) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Offer) GetKind() OfferKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OfferKind_OFFER_KIND_UNSPECIFIED
+}
+
+func (x *Offer) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Offer) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
+
+// Features are the MCP server features a worker offers beyond its tools
+// and offers: they decide what the gateway advertises.
+type Features struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker serves resources (resources/list may still be empty).
+	Resources bool `protobuf:"varint,1,opt,name=resources,proto3" json:"resources,omitempty"`
+	// It serves resources/subscribe and resources/unsubscribe.
+	Subscribe bool `protobuf:"varint,2,opt,name=subscribe,proto3" json:"subscribe,omitempty"`
+	// The worker serves prompts.
+	Prompts bool `protobuf:"varint,3,opt,name=prompts,proto3" json:"prompts,omitempty"`
+	// It answers completion/complete for its prompts and resource templates.
+	Completions   bool `protobuf:"varint,4,opt,name=completions,proto3" json:"completions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Features) Reset() {
+	*x = Features{}
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Features) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Features) ProtoMessage() {}
+
+func (x *Features) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Features.ProtoReflect.Descriptor instead.
+func (*Features) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Features) GetResources() bool {
+	if x != nil {
+		return x.Resources
+	}
+	return false
+}
+
+func (x *Features) GetSubscribe() bool {
+	if x != nil {
+		return x.Subscribe
+	}
+	return false
+}
+
+func (x *Features) GetPrompts() bool {
+	if x != nil {
+		return x.Prompts
+	}
+	return false
+}
+
+func (x *Features) GetCompletions() bool {
+	if x != nil {
+		return x.Completions
+	}
+	return false
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -790,7 +1022,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\x8d\x04\n" +
+	"idempotent\"\xc0\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -807,7 +1039,9 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf\"\xd4\x04\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\x87\x05\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -826,12 +1060,23 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"settled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x129\n" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12A\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\x12A\n" +
 	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"R\n" +
 	"\fChildRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
-	"\aoutcome\x18\x03 \x01(\tR\aoutcome*\x8a\x01\n" +
+	"\aoutcome\x18\x03 \x01(\tR\aoutcome\"Z\n" +
+	"\x05Offer\x12+\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04json\x18\x03 \x01(\fR\x04json\"\x82\x01\n" +
+	"\bFeatures\x12\x1c\n" +
+	"\tresources\x18\x01 \x01(\bR\tresources\x12\x1c\n" +
+	"\tsubscribe\x18\x02 \x01(\bR\tsubscribe\x12\x18\n" +
+	"\aprompts\x18\x03 \x01(\bR\aprompts\x12 \n" +
+	"\vcompletions\x18\x04 \x01(\bR\vcompletions*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +
@@ -846,7 +1091,12 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x12INITIATOR_SHUTDOWN\x10\x04\x12\x16\n" +
 	"\x12INITIATOR_OPERATOR\x10\x05\x12\x19\n" +
 	"\x15INITIATOR_WORKER_LOST\x10\x06\x12\x12\n" +
-	"\x0eINITIATOR_TOOL\x10\aB\xac\x01\n" +
+	"\x0eINITIATOR_TOOL\x10\a*y\n" +
+	"\tOfferKind\x12\x1a\n" +
+	"\x16OFFER_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13OFFER_KIND_RESOURCE\x10\x01\x12 \n" +
+	"\x1cOFFER_KIND_RESOURCE_TEMPLATE\x10\x02\x12\x15\n" +
+	"\x11OFFER_KIND_PROMPT\x10\x03B\xac\x01\n" +
 	"\x10com.mcpcancel.v1B\n" +
 	"TypesProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
@@ -862,38 +1112,42 @@ func file_mcpcancel_v1_types_proto_rawDescGZIP() []byte {
 	return file_mcpcancel_v1_types_proto_rawDescData
 }
 
-var file_mcpcancel_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_mcpcancel_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(CallState)(0),                // 0: mcpcancel.v1.CallState
 	(Initiator)(0),                // 1: mcpcancel.v1.Initiator
-	(*RequestId)(nil),             // 2: mcpcancel.v1.RequestId
-	(*CallKey)(nil),               // 3: mcpcancel.v1.CallKey
-	(*Tool)(nil),                  // 4: mcpcancel.v1.Tool
-	(*Call)(nil),                  // 5: mcpcancel.v1.Call
-	(*AuditRecord)(nil),           // 6: mcpcancel.v1.AuditRecord
-	(*ChildRequest)(nil),          // 7: mcpcancel.v1.ChildRequest
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(OfferKind)(0),                // 2: mcpcancel.v1.OfferKind
+	(*RequestId)(nil),             // 3: mcpcancel.v1.RequestId
+	(*CallKey)(nil),               // 4: mcpcancel.v1.CallKey
+	(*Tool)(nil),                  // 5: mcpcancel.v1.Tool
+	(*Call)(nil),                  // 6: mcpcancel.v1.Call
+	(*AuditRecord)(nil),           // 7: mcpcancel.v1.AuditRecord
+	(*ChildRequest)(nil),          // 8: mcpcancel.v1.ChildRequest
+	(*Offer)(nil),                 // 9: mcpcancel.v1.Offer
+	(*Features)(nil),              // 10: mcpcancel.v1.Features
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_mcpcancel_v1_types_proto_depIdxs = []int32{
-	2,  // 0: mcpcancel.v1.CallKey.request_id:type_name -> mcpcancel.v1.RequestId
-	3,  // 1: mcpcancel.v1.Call.key:type_name -> mcpcancel.v1.CallKey
+	3,  // 0: mcpcancel.v1.CallKey.request_id:type_name -> mcpcancel.v1.RequestId
+	4,  // 1: mcpcancel.v1.Call.key:type_name -> mcpcancel.v1.CallKey
 	0,  // 2: mcpcancel.v1.Call.state:type_name -> mcpcancel.v1.CallState
 	1,  // 3: mcpcancel.v1.Call.initiator:type_name -> mcpcancel.v1.Initiator
-	8,  // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
-	8,  // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
-	8,  // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
-	2,  // 7: mcpcancel.v1.AuditRecord.request_id:type_name -> mcpcancel.v1.RequestId
+	11, // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
+	11, // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
+	3,  // 7: mcpcancel.v1.AuditRecord.request_id:type_name -> mcpcancel.v1.RequestId
 	1,  // 8: mcpcancel.v1.AuditRecord.initiator:type_name -> mcpcancel.v1.Initiator
-	8,  // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
-	8,  // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
-	8,  // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
-	7,  // 12: mcpcancel.v1.AuditRecord.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
+	11, // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: mcpcancel.v1.AuditRecord.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	2,  // 13: mcpcancel.v1.Offer.kind:type_name -> mcpcancel.v1.OfferKind
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_types_proto_init() }
@@ -910,8 +1164,8 @@ func file_mcpcancel_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_types_proto_rawDesc), len(file_mcpcancel_v1_types_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   6,
+			NumEnums:      3,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -99,8 +99,14 @@ type ExecuteRequest struct {
 	// requests toward it of earlier rounds, by their keys (each a JSON
 	// result). A request whose key is here is answered without asking.
 	InputResponses map[string][]byte `protobuf:"bytes,22,rep,name=input_responses,json=inputResponses,proto3" json:"input_responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The MCP method; empty means tools/call. tool then names the target as
+	// BeginRequest.tool does.
+	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
+	// The request's MCP params as the client sent them (without _meta), for
+	// methods other than tools/call.
+	ParamsJson    []byte `protobuf:"bytes,11,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -213,6 +219,20 @@ func (x *ExecuteRequest) GetScope() string {
 func (x *ExecuteRequest) GetInputResponses() map[string][]byte {
 	if x != nil {
 		return x.InputResponses
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
 	}
 	return nil
 }
@@ -866,11 +886,16 @@ func (x *Progress) GetMessage() string {
 	return ""
 }
 
-// ExecuteResult carries the MCP CallToolResult, as JSON. Sent only after the
+// ExecuteResult carries the MCP result (a CallToolResult for tools/call), as JSON. Sent only after the
 // coordinator recorded the call COMPLETED.
 type ExecuteResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ResultJson    []byte                 `protobuf:"bytes,1,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ResultJson []byte                 `protobuf:"bytes,1,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	// A JSON-RPC error object ({code, message, data}) the handler answered
+	// with instead of a result, for methods other than tools/call (a
+	// resource or prompt that does not exist). The call completes; its
+	// audit outcome is tool_error.
+	ErrorJson     []byte `protobuf:"bytes,10,opt,name=error_json,json=errorJson,proto3" json:"error_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +933,13 @@ func (*ExecuteResult) Descriptor() ([]byte, []int) {
 func (x *ExecuteResult) GetResultJson() []byte {
 	if x != nil {
 		return x.ResultJson
+	}
+	return nil
+}
+
+func (x *ExecuteResult) GetErrorJson() []byte {
+	if x != nil {
+		return x.ErrorJson
 	}
 	return nil
 }
@@ -1024,7 +1056,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8a\x04\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xc3\x04\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -1037,7 +1069,11 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x06scopes\x18\t \x03(\tR\x06scopes\x128\n" +
 	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\x12\x14\n" +
 	"\x05scope\x18\x15 \x01(\tR\x05scope\x12Y\n" +
-	"\x0finput_responses\x18\x16 \x03(\v20.mcpcancel.v1.ExecuteRequest.InputResponsesEntryR\x0einputResponses\x1aA\n" +
+	"\x0finput_responses\x18\x16 \x03(\v20.mcpcancel.v1.ExecuteRequest.InputResponsesEntryR\x0einputResponses\x12\x16\n" +
+	"\x06method\x18\n" +
+	" \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\v \x01(\fR\n" +
+	"paramsJson\x1aA\n" +
 	"\x13InputResponsesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb4\x03\n" +
@@ -1083,10 +1119,13 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"0\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"O\n" +
 	"\rExecuteResult\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\fR\n" +
-	"resultJson\"Z\n" +
+	"resultJson\x12\x1d\n" +
+	"\n" +
+	"error_json\x18\n" +
+	" \x01(\fR\terrorJson\"Z\n" +
 	"\tCancelled\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"W\n" +

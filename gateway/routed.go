@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// The requests a worker answers. Each is a call: registered, begun at the
+// coordinator (which places it on a worker serving its target), executed,
+// settled exactly once, and cancellable as a tools/call is, in both eras.
+// The list methods are not among them: the gateway answers them from its
+// catalogue of what live workers offer (catalogue.go).
+var routedMethods = []string{
+	"tools/call", "resources/read", "resources/subscribe", "resources/unsubscribe",
+	"prompts/get", "completion/complete",
+}
+
+// isRouted says whether a request is routed to a worker as a call.
+func isRouted(method string) bool { return slices.Contains(routedMethods, method) }
+
+// routed is a routed request as the gateway places it.
+type routed struct {
+	method    string
+	target    string          // tool name, resource URI, prompt name, or completion reference
+	arguments json.RawMessage // tools/call's arguments
+	params    json.RawMessage // the params without _meta, for other methods
+	token     json.RawMessage // the client's progress token, if any
+	logLevel  string          // 2026-07-28: the request's own log level
+}
+
+// Completion references as call targets, as the coordinator reads them.
+const (
+	refPrompt   = "ref/prompt:"
+	refResource = "ref/resource:"
+)
+
+// parseRouted reads a routed request's target from its params.
+func parseRouted(m *jsonrpc.Message) (*routed, *jsonrpc.Error) {
+	var p struct {
+		Name      string          `json:"name"`
+		URI       string          `json:"uri"`
+		Arguments json.RawMessage `json:"arguments"`
+		Ref       struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+			URI  string `json:"uri"`
+		} `json:"ref"`
+		Meta struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+			LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
+		} `json:"_meta"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		if m.Method == "tools/call" {
+			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")
+		}
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "%s needs params that are an object", m.Method)
+	}
+	r := &routed{method: m.Method, logLevel: p.Meta.LogLevel}
+	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
+		r.token = t
+	}
+	switch m.Method {
+	case "tools/call":
+		r.target, r.arguments = p.Name, p.Arguments
+		if r.target == "" {
+			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")
+		}
+		if a := p.Arguments; len(a) > 0 && string(a) != "null" && a[0] != '{' {
+			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")
+		}
+		return r, nil
+	case "prompts/get":
+		r.target = p.Name
+	case "completion/complete":
+		switch p.Ref.Type {
+		case "ref/prompt":
+			r.target = refPrompt + p.Ref.Name
+			if p.Ref.Name == "" {
+				r.target = ""
+			}
+		case "ref/resource":
+			r.target = refResource + p.Ref.URI
+			if p.Ref.URI == "" {
+				r.target = ""
+			}
+		}
+	default: // resources/read, subscribe, unsubscribe
+		r.target = p.URI
+	}
+	if r.target == "" {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "%s needs params with a %s", m.Method, targetWord(m.Method))
+	}
+	if a := p.Arguments; len(a) > 0 && string(a) != "null" && a[0] != '{' {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")
+	}
+	r.params = withoutMeta(m.Params)
+	return r, nil
+}
+
+func targetWord(method string) string {
+	switch method {
+	case "prompts/get":
+		return "prompt name"
+	case "completion/complete":
+		return "ref of type ref/prompt (with a name) or ref/resource (with a uri)"
+	}
+	return "uri"
+}
+
+// withoutMeta drops _meta from params: it is the gateway's to read (the
+// protocol version, capabilities, progress token), not the worker's.
+func withoutMeta(params json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(params, &m) != nil || m == nil {
+		return params
+	}
+	if _, ok := m["_meta"]; !ok {
+		return params
+	}
+	delete(m, "_meta")
+	return rawJSON(m)
+}
+
+// beginMethod is the method Begin and Execute carry: tools/call is left
+// empty, as older coordinators and workers expect.
+func (r *routed) beginMethod() string {
+	if r.method == "tools/call" {
+		return ""
+	}
+	return r.method
+}
+
+// metricName labels the call's metrics: a tool's name, or the method
+// (resource URIs and prompt names are not bounded).
+func (r *routed) metricName() string {
+	if r.method == "tools/call" {
+		return r.target
+	}
+	return r.method
+}
+
+// unknown is the error for a target no live worker serves.
+func (r *routed) unknown(modern bool) *jsonrpc.Error {
+	switch r.method {
+	case "tools/call":
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", r.target)
+	case "prompts/get":
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown prompt: %q", r.target)
+	case "completion/complete":
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "nothing to complete for %s", r.target)
+	}
+	return resourceNotFound(r.target, modern)
+}
+
+// resourceNotFound is SEP-2164's error: -32602 in 2026-07-28, the older
+// -32002 before, with the URI in data.
+func resourceNotFound(uri string, modern bool) *jsonrpc.Error {
+	code := jsonrpc.CodeInvalidParams
+	if !modern {
+		code = codeResourceNotFound
+	}
+	data, _ := json.Marshal(map[string]string{"uri": uri})
+	return &jsonrpc.Error{Code: code, Message: "Resource not found", Data: data}
+}
+
+// codeResourceNotFound is the resource-not-found code of 2025-11-25 and
+// earlier; 2026-07-28 retired it for -32602.
+const codeResourceNotFound = -32002
+
+// answer relays a worker's answer: its result, or the JSON-RPC error its
+// handler answered with.
+func (c *call) answer(r *pb.ExecuteResult) {
+	if e := r.GetErrorJson(); len(e) > 0 {
+		var rpcErr jsonrpc.Error
+		if json.Unmarshal(e, &rpcErr) != nil || rpcErr.Code == 0 {
+			rpcErr = jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the worker answered with an error that does not decode"}
+		}
+		c.setOutcome(outcomeToolError)
+		c.respond(jsonrpc.ErrorResponse(c.id, true, &rpcErr))
+		return
+	}
+	raw := json.RawMessage(r.GetResultJson())
+	if c.method == "tools/call" {
+		c.setOutcome(resultOutcome(raw))
+	} else {
+		c.setOutcome(outcomeCompleted)
+	}
+	c.respond(c.result(raw))
+}
+
+// failure is the answer to a call that failed or was cancelled by someone
+// other than its client: a tool error result for tools/call (a tool's
+// client reads those), a JSON-RPC internal error for other methods.
+func (c *call) failure(format string, args ...any) []byte {
+	if c.method == "tools/call" || c.method == "" {
+		return c.result(toolError(format, args...))
+	}
+	return jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, format, args...))
+}
+
+// failedText starts the message of a call whose handler failed.
+func (c *call) failedText() string {
+	if c.method == "tools/call" || c.method == "" {
+		return "the tool failed"
+	}
+	return fmt.Sprintf("%s %s failed", c.method, c.target)
+}
