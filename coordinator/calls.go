@@ -27,6 +27,7 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 		state:     stateCancelled,
 		initiator: InitiatorName(req.GetInitiator()),
 		reason:    SanitizeReason(req.GetReason()),
+		children:  childRequests(req.GetChildRequests()),
 	}
 	if d.initiator == "" {
 		return nil, invalid("initiator is required")
@@ -127,7 +128,8 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		t := s.now()
 		stopped = &t
 	}
-	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError()})
+	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError(),
+		children: childRequests(req.GetChildRequests())})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -143,6 +145,7 @@ func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailRespons
 		reason:    SanitizeReason(req.GetReason()),
 		stoppedAt: optTime(req.GetStoppedAt()),
 		owner:     true,
+		children:  childRequests(req.GetChildRequests()),
 	}
 	if d.initiator == "" {
 		return nil, toStatus(invalid("initiator is required"))

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
@@ -41,6 +42,9 @@ type decision struct {
 	// late says a client's cancellation that loses is audited once as
 	// cancel_lost.
 	late bool
+	// children are the requests the call sent toward its client, for the
+	// audit record (toward.go).
+	children []client.ChildRequest
 	// toolError says a completion carries the tool's own error result: it
 	// is audited as tool_error.
 	toolError bool
@@ -144,7 +148,7 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 	}
 	return clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), []clientv3.Op{
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
-		clientv3.OpPut(next.AuditKey, encode(next.audit(d.outcome(), now, d.stoppedAt)), clientv3.WithLease(lease)),
+		clientv3.OpPut(next.AuditKey, encode(d.withChildren(next.audit(d.outcome(), now, d.stoppedAt))), clientv3.WithLease(lease)),
 		ownerOp,
 		clientv3.OpDelete(s.keys.runningOf(rec)),
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"sync"
@@ -37,6 +38,13 @@ type Options struct {
 	Name string
 	// CallTimeout bounds every tool call (default 10m).
 	CallTimeout time.Duration
+	// StateKey seals the requestState of 2026-07-28 input_required results
+	// (AES-256-GCM, 32 bytes). Replicas that serve the same clients must
+	// share it; nil generates one for this process.
+	StateKey []byte
+	// InputTimeout is how long a client has to retry a call that needed
+	// its input, before its requestState expires (default 10m).
+	InputTimeout time.Duration
 	// ScopeLimit caps calls in flight per scope (default 256); GlobalLimit
 	// caps them per gateway (default 10000).
 	ScopeLimit, GlobalLimit int
@@ -108,6 +116,15 @@ func New(opts Options) *Gateway {
 	}
 	if opts.Name == "" {
 		opts.Name = "gateway-" + randid.New(6)
+	}
+	if len(opts.StateKey) == 0 {
+		opts.StateKey = make([]byte, stateKeyBytes)
+		rand.Read(opts.StateKey)
+	} else if len(opts.StateKey) != stateKeyBytes {
+		panic("gateway: Options.StateKey must be 32 bytes")
+	}
+	if opts.InputTimeout == 0 {
+		opts.InputTimeout = 10 * time.Minute
 	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 10 * time.Minute

@@ -123,7 +123,8 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 }
 
 type initializeParams struct {
-	ProtocolVersion string `json:"protocolVersion"`
+	ProtocolVersion string          `json:"protocolVersion"`
+	Capabilities    json.RawMessage `json:"capabilities"`
 }
 
 // initialize answers with the client's version if we speak it, else our
@@ -140,6 +141,7 @@ func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *js
 	}
 	s.mu.Lock()
 	s.version = v
+	s.clientCaps = p.Capabilities
 	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,

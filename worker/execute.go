@@ -38,6 +38,7 @@ type execution struct {
 	stream        pb.WorkerService_ExecuteServer
 	cancel        context.CancelCauseFunc
 	wantsProgress bool
+	toward        towardState // requests toward the client (toward.go)
 
 	sendMu sync.Mutex // held across stream.Send, taken before mu
 
@@ -71,6 +72,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		cancel:        cancel,
 		wantsProgress: req.GetProgress(),
 	}
+	e.toward.init(ctx, req)
 	if err := w.track(e); err != nil {
 		return err
 	}

@@ -56,7 +56,8 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError})
+		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError,
+			ChildRequests: e.toward.children()})
 		return err
 	})
 	if err != nil {
@@ -87,7 +88,8 @@ func (e *execution) fail(herr error, stoppedAt time.Time) error {
 func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) error {
 	var r *pb.FailResponse
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt)})
+		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt),
+			ChildRequests: e.toward.children()})
 		return err
 	})
 	if err != nil {
@@ -110,6 +112,7 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Cancel(ctx, &pb.CancelRequest{
 			Target: &pb.CancelRequest_Call{Call: e.ref}, Initiator: who, Reason: reason, StoppedAt: timestamppb.New(stoppedAt),
+			ChildRequests: e.toward.children(),
 		})
 		return err
 	})

@@ -34,6 +34,25 @@ type AuditRecord struct {
 	StoppedAt   *time.Time      `json:"stopped_at"`
 	RetryOf     string          `json:"retry_of,omitempty"`
 	TraceID     string          `json:"trace_id,omitempty"`
+	// ChildRequests are the requests the call sent toward its client.
+	ChildRequests []ChildRequest `json:"child_requests,omitempty"`
+}
+
+// ChildRequest is a request a call sent toward its client and how it
+// ended (see the proto's ChildRequest for the outcomes).
+type ChildRequest struct {
+	Seq     int64  `json:"seq"`
+	Method  string `json:"method"`
+	Outcome string `json:"outcome"`
+}
+
+// ChildRequestsFromProto converts wire child requests.
+func ChildRequestsFromProto(ps []*pb.ChildRequest) []ChildRequest {
+	var out []ChildRequest
+	for _, p := range ps {
+		out = append(out, ChildRequest{Seq: p.GetSeq(), Method: p.GetMethod(), Outcome: p.GetOutcome()})
+	}
+	return out
 }
 
 var initiatorNames = map[pb.Initiator]string{
@@ -73,6 +92,9 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
 	}
+	for _, c := range a.ChildRequests {
+		p.ChildRequests = append(p.ChildRequests, &pb.ChildRequest{Seq: c.Seq, Method: c.Method, Outcome: c.Outcome})
+	}
 	return p
 }
 
@@ -84,6 +106,7 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
 		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), Method: p.GetMethod(),
+		ChildRequests: ChildRequestsFromProto(p.GetChildRequests()),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

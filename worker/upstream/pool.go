@@ -317,8 +317,8 @@ func (p *pool) pids() []int {
 // session alone.
 func clientOptions(a *Adapter, key string) *mcp.ClientOptions {
 	return &mcp.ClientOptions{
-		// No roots, sampling or elicitation: the adapter has none to offer.
-		Capabilities:           &mcp.ClientCapabilities{},
+		// Sampling, elicitation and roots are the calls' clients' (toward.go).
+		Capabilities:           towardCapabilities(),
 		LoggingMessageHandler:  func(_ context.Context, r *mcp.LoggingMessageRequest) { a.sessionLog(key, r.Params) },
 		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) { a.resourceUpdated(key, r.Params) },
 	}

@@ -94,6 +94,7 @@ type Adapter struct {
 	tokens progressRoutes
 	pool   *pool
 	subs   sharedSubs
+	calls  inflight // for requests toward the client (toward.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
@@ -252,7 +253,9 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 // goroutine of its own, after the result it preceded. The transport relays
 // it in wire order instead (inWireOrder, tapProgress).
 func (a *Adapter) newClient(opts *mcp.ClientOptions) *mcp.Client {
-	return mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
+	client.AddReceivingMiddleware(a.relayToClient) // requests toward the client (toward.go)
+	return client
 }
 
 func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {

@@ -362,7 +362,9 @@ type CancelRequest struct {
 	// The principal asking; must match the call's principal when set.
 	Principal string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
 	// When the handler really returned, if it already has (workers only).
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +448,13 @@ func (x *CancelRequest) GetPrincipal() string {
 func (x *CancelRequest) GetStoppedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
 	}
 	return nil
 }
@@ -607,7 +616,9 @@ type CompleteRequest struct {
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The result is the tool's own error (an MCP result with isError): the
 	// call completes, and is audited as "tool_error" rather than "completed".
-	ToolError     bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
+	ToolError bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -661,6 +672,13 @@ func (x *CompleteRequest) GetToolError() bool {
 		return x.ToolError
 	}
 	return false
+}
+
+func (x *CompleteRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
+	}
+	return nil
 }
 
 type CompleteResponse struct {
@@ -732,7 +750,9 @@ type FailRequest struct {
 	Initiator Initiator              `protobuf:"varint,2,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	Reason    string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When the handler really returned, if it has.
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -791,6 +811,13 @@ func (x *FailRequest) GetReason() string {
 func (x *FailRequest) GetStoppedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *FailRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
 	}
 	return nil
 }
@@ -2653,10 +2680,13 @@ type Session struct {
 	Principal       string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	ProtocolVersion string                 `protobuf:"bytes,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// The gateway replica that opened it.
-	Gateway       string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gateway   string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The capabilities the client declared in initialize (JSON), so that
+	// every replica knows what it may send the client.
+	ClientCapabilitiesJson []byte `protobuf:"bytes,20,opt,name=client_capabilities_json,json=clientCapabilitiesJson,proto3" json:"client_capabilities_json,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -2720,6 +2750,13 @@ func (x *Session) GetGateway() string {
 func (x *Session) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Session) GetClientCapabilitiesJson() []byte {
+	if x != nil {
+		return x.ClientCapabilitiesJson
 	}
 	return nil
 }
@@ -3240,7 +3277,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\x99\x02\n" +
+	"idempotent\"\xdc\x02\n" +
 	"\rCancelRequest\x12)\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03key\x12+\n" +
 	"\x04call\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallRefH\x00R\x04call\x125\n" +
@@ -3248,7 +3285,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tprincipal\x18\x05 \x01(\tR\tprincipal\x129\n" +
 	"\n" +
-	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAtB\b\n" +
+	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequestsB\b\n" +
 	"\x06target\"P\n" +
 	"\aCallRef\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
@@ -3258,23 +3296,25 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
 	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x96\x01\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\xd9\x01\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x1d\n" +
 	"\n" +
-	"tool_error\x18\x03 \x01(\bR\ttoolError\"\xaf\x01\n" +
+	"tool_error\x18\x03 \x01(\bR\ttoolError\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xc2\x01\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\x85\x02\n" +
 	"\vFailRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xab\x01\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"\xab\x01\n" +
 	"\fFailResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
@@ -3394,7 +3434,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"N\n" +
 	"\x13CancelScopeResponse\x12\x1c\n" +
 	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\x12\x19\n" +
-	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\xc6\x01\n" +
+	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\x80\x02\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -3402,7 +3442,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x03 \x01(\tR\x0fprotocolVersion\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"r\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x128\n" +
+	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\"r\n" +
 	"\x12OpenSessionRequest\x12/\n" +
 	"\asession\x18\x01 \x01(\v2\x15.mcpcancel.v1.SessionR\asession\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x15\n" +
@@ -3536,12 +3577,13 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),               // 50: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil),             // 51: google.protobuf.Timestamp
 	(Initiator)(0),                            // 52: mcpcancel.v1.Initiator
-	(*Tool)(nil),                              // 53: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 54: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 55: mcpcancel.v1.Features
-	(CallState)(0),                            // 56: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 57: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 58: mcpcancel.v1.AuditRecord
+	(*ChildRequest)(nil),                      // 53: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 54: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 55: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 56: mcpcancel.v1.Features
+	(CallState)(0),                            // 57: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 58: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 59: mcpcancel.v1.AuditRecord
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	49, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -3552,101 +3594,104 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
 	52, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
 	51, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	52, // 9: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 10: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	51, // 11: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	52, // 13: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 14: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	52, // 15: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 16: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	52, // 18: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	12, // 19: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	13, // 20: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	14, // 21: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	15, // 22: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	17, // 23: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	16, // 24: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	19, // 25: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	53, // 26: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	54, // 27: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	55, // 28: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	51, // 29: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	53, // 30: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	54, // 31: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	55, // 32: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
-	21, // 33: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	22, // 34: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	16, // 35: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	20, // 36: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	50, // 37: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	50, // 38: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	56, // 39: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	52, // 40: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	25, // 41: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	53, // 42: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	54, // 43: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	55, // 44: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	53, // 45: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	54, // 46: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	55, // 47: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	49, // 48: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	57, // 49: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	51, // 50: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	52, // 51: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 52: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	58, // 53: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	51, // 54: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	58, // 55: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	53, // 56: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	54, // 57: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	55, // 58: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	52, // 59: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 60: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	38, // 61: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	50, // 62: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 63: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 64: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 65: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 66: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 67: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 68: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	23, // 69: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	26, // 70: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	28, // 71: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	30, // 72: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	32, // 73: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	34, // 74: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	36, // 75: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	39, // 76: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	41, // 77: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	43, // 78: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	45, // 79: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	47, // 80: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	3,  // 81: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 82: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 83: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 84: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 85: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 86: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 87: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 88: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 89: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 90: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 91: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 92: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 93: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 94: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 95: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 96: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 97: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	81, // [81:98] is the sub-list for method output_type
-	64, // [64:81] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	53, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	0,  // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
+	52, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	51, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	53, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,  // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	52, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	52, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	53, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,  // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	52, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	12, // 22: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	13, // 23: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	14, // 24: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	15, // 25: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	17, // 26: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	16, // 27: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	19, // 28: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
+	54, // 29: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	55, // 30: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	56, // 31: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	51, // 32: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	54, // 33: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	55, // 34: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	56, // 35: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	21, // 36: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	22, // 37: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	16, // 38: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	20, // 39: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	50, // 40: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	50, // 41: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	57, // 42: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	52, // 43: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	25, // 44: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	54, // 45: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	55, // 46: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	56, // 47: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	54, // 48: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	55, // 49: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	56, // 50: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	49, // 51: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	58, // 52: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	51, // 53: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	52, // 54: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 55: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	59, // 56: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	51, // 57: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 58: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	54, // 59: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	55, // 60: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	56, // 61: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	52, // 62: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 63: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	38, // 64: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	50, // 65: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 66: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 67: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 68: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 69: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 70: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 71: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	23, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	26, // 73: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	28, // 74: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	30, // 75: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	32, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	34, // 77: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	36, // 78: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	39, // 79: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	41, // 80: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	43, // 81: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	45, // 82: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	47, // 83: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	3,  // 84: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 85: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 86: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 87: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 88: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 89: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 90: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 91: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 92: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 93: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 94: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 95: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 96: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 97: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 98: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 99: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 100: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	84, // [84:101] is the sub-list for method output_type
+	67, // [67:84] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }

@@ -635,7 +635,9 @@ type AuditRecord struct {
 	// The MCP method; tool names its target (see Call.method).
 	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
 	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
-	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// The requests the call sent toward its client, and how each ended.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +784,82 @@ func (x *AuditRecord) GetTraceId() string {
 	return ""
 }
 
+func (x *AuditRecord) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
+	}
+	return nil
+}
+
+// ChildRequest is a request a call sent toward its client (sampling,
+// elicitation, roots), as the call's audit record notes it.
+type ChildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's number in the call.
+	Seq    int64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// One of "answered", "error" (the client answered with an error),
+	// "withdrawn" (the tool gave it up; cancelled at the client),
+	// "refused" (never sent: the client did not declare it), "from_input"
+	// (answered by a 2026-07-28 retry's inputResponses), "input_required"
+	// (asked in a 2026-07-28 input_required result), "cancelled" (pending
+	// when the call was cancelled; cancelled at the client).
+	Outcome       string `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildRequest) Reset() {
+	*x = ChildRequest{}
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildRequest) ProtoMessage() {}
+
+func (x *ChildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildRequest.ProtoReflect.Descriptor instead.
+func (*ChildRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ChildRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ChildRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ChildRequest) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
 // Offer is a resource, resource template or prompt a worker offers. Its
 // description is MCP's own JSON object (a Resource, ResourceTemplate or
 // Prompt), shown to clients as it is, so what a fronted server says of it
@@ -799,7 +877,7 @@ type Offer struct {
 
 func (x *Offer) Reset() {
 	*x = Offer{}
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +889,7 @@ func (x *Offer) String() string {
 func (*Offer) ProtoMessage() {}
 
 func (x *Offer) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +902,7 @@ func (x *Offer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offer.ProtoReflect.Descriptor instead.
 func (*Offer) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Offer) GetKind() OfferKind {
@@ -866,7 +944,7 @@ type Features struct {
 
 func (x *Features) Reset() {
 	*x = Features{}
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +956,7 @@ func (x *Features) String() string {
 func (*Features) ProtoMessage() {}
 
 func (x *Features) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +969,7 @@ func (x *Features) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Features.ProtoReflect.Descriptor instead.
 func (*Features) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Features) GetResources() bool {
@@ -963,7 +1041,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
 	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
-	"\btrace_id\x18( \x01(\tR\atraceId\"\xc4\x04\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\x87\x05\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -984,7 +1062,12 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
 	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
-	"\btrace_id\x18( \x01(\tR\atraceId\"Z\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"R\n" +
+	"\fChildRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
+	"\aoutcome\x18\x03 \x01(\tR\aoutcome\"Z\n" +
 	"\x05Offer\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1030,7 +1113,7 @@ func file_mcpcancel_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(CallState)(0),                // 0: mcpcancel.v1.CallState
 	(Initiator)(0),                // 1: mcpcancel.v1.Initiator
@@ -1040,29 +1123,31 @@ var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(*Tool)(nil),                  // 5: mcpcancel.v1.Tool
 	(*Call)(nil),                  // 6: mcpcancel.v1.Call
 	(*AuditRecord)(nil),           // 7: mcpcancel.v1.AuditRecord
-	(*Offer)(nil),                 // 8: mcpcancel.v1.Offer
-	(*Features)(nil),              // 9: mcpcancel.v1.Features
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*ChildRequest)(nil),          // 8: mcpcancel.v1.ChildRequest
+	(*Offer)(nil),                 // 9: mcpcancel.v1.Offer
+	(*Features)(nil),              // 10: mcpcancel.v1.Features
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_mcpcancel_v1_types_proto_depIdxs = []int32{
 	3,  // 0: mcpcancel.v1.CallKey.request_id:type_name -> mcpcancel.v1.RequestId
 	4,  // 1: mcpcancel.v1.Call.key:type_name -> mcpcancel.v1.CallKey
 	0,  // 2: mcpcancel.v1.Call.state:type_name -> mcpcancel.v1.CallState
 	1,  // 3: mcpcancel.v1.Call.initiator:type_name -> mcpcancel.v1.Initiator
-	10, // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
-	10, // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
-	10, // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
+	11, // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
+	11, // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
 	3,  // 7: mcpcancel.v1.AuditRecord.request_id:type_name -> mcpcancel.v1.RequestId
 	1,  // 8: mcpcancel.v1.AuditRecord.initiator:type_name -> mcpcancel.v1.Initiator
-	10, // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
-	10, // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
-	10, // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: mcpcancel.v1.Offer.kind:type_name -> mcpcancel.v1.OfferKind
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
+	11, // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: mcpcancel.v1.AuditRecord.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	2,  // 13: mcpcancel.v1.Offer.kind:type_name -> mcpcancel.v1.OfferKind
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_types_proto_init() }
@@ -1080,7 +1165,7 @@ func file_mcpcancel_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_types_proto_rawDesc), len(file_mcpcancel_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
