@@ -41,6 +41,8 @@ type callRecord struct {
 	AuditKey    string          `json:"audit_key,omitempty"`
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	// Set when the call runs an MCP task (see tasks.go).
+	Task *taskInfo `json:"task,omitempty"`
 }
 
 // AuditRecord is one audited decision in its export form: JSON with
@@ -61,6 +63,7 @@ type AuditRecord struct {
 	SettledAt   time.Time       `json:"settled_at"`
 	StoppedAt   *time.Time      `json:"stopped_at"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	TaskID      string          `json:"task_id,omitempty"`
 }
 
 // stopOrder is the value of an owners/ key once the call was settled without
@@ -77,6 +80,7 @@ func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time
 		Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
 		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
+		TaskID: r.taskID(),
 	}
 }
 
@@ -125,6 +129,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		Deadline:    ts(r.Deadline),
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
+		TaskId:      r.taskID(),
 	}
 }
 
@@ -135,7 +140,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: requestIDFromJSON(a.RequestID), Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: initiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: ts(a.RequestedAt), SettledAt: ts(a.SettledAt),
-		RetryOf: a.RetryOf,
+		RetryOf: a.RetryOf, TaskId: a.TaskID,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
@@ -150,7 +155,7 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: client.RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(),
+		RetryOf: p.GetRetryOf(), TaskID: p.GetTaskId(),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

@@ -39,6 +39,7 @@ type execution struct {
 	stream        pb.WorkerService_ExecuteServer
 	cancel        context.CancelCauseFunc
 	wantsProgress bool
+	task          bool // runs an MCP task: outlives its stream (tasks.go)
 
 	sendMu sync.Mutex // held across stream.Send, taken before mu
 
@@ -57,7 +58,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(stream.Context())
+	ctx, cancel := context.WithCancelCause(callParent(req, stream))
 	defer cancel(nil)
 	if d := req.GetDeadline(); d != nil {
 		var cancelDeadline context.CancelFunc
@@ -70,6 +71,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		stream:        stream,
 		cancel:        cancel,
 		wantsProgress: req.GetProgress(),
+		task:          req.GetTask(),
 	}
 	if err := w.track(e); err != nil {
 		return err
@@ -275,7 +277,7 @@ func (e *execution) finish(ctx context.Context, res *Result, herr error, stopped
 		e.outcome = "cancelled"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
-	case e.stream.Context().Err() != nil:
+	case e.stream.Context().Err() != nil && !e.task:
 		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, "caller gone", stoppedAt)
 	case errors.Is(cause, errShutdown):
 		return e.abandon(pb.Initiator_INITIATOR_SHUTDOWN, "worker shutting down", stoppedAt)
@@ -295,7 +297,7 @@ func (e *execution) complete(res *Result, stoppedAt time.Time) error {
 	}
 	var r *pb.CompleteResponse
 	err = e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError})
+		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError, TaskResultJson: e.taskResult(body)})
 		return err
 	})
 	if err != nil {

@@ -594,9 +594,13 @@ type CompleteRequest struct {
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The result is the tool's own error (an MCP result with isError): the
 	// call completes, and is audited as "tool_error" rather than "completed".
-	ToolError     bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolError bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
+	// For a task's call: the result (an MCP CallToolResult, as JSON), which
+	// the coordinator stores with the decision so that any gateway serves
+	// it. A result over the size bound fails the task instead.
+	TaskResultJson []byte `protobuf:"bytes,30,opt,name=task_result_json,json=taskResultJson,proto3" json:"task_result_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -648,6 +652,13 @@ func (x *CompleteRequest) GetToolError() bool {
 		return x.ToolError
 	}
 	return false
+}
+
+func (x *CompleteRequest) GetTaskResultJson() []byte {
+	if x != nil {
+		return x.TaskResultJson
+	}
+	return nil
 }
 
 type CompleteResponse struct {
@@ -2689,7 +2700,7 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xd3\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -2724,13 +2735,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
 	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x96\x01\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\xc0\x01\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x1d\n" +
 	"\n" +
-	"tool_error\x18\x03 \x01(\bR\ttoolError\"\xaf\x01\n" +
+	"tool_error\x18\x03 \x01(\bR\ttoolError\x12(\n" +
+	"\x10task_result_json\x18\x1e \x01(\fR\x0etaskResultJson\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
@@ -2866,7 +2878,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x9c\t\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x9f\f\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
@@ -2885,7 +2897,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\vOpenSession\x12 .mcpcancel.v1.OpenSessionRequest\x1a!.mcpcancel.v1.OpenSessionResponse\x12O\n" +
 	"\n" +
 	"GetSession\x12\x1f.mcpcancel.v1.GetSessionRequest\x1a .mcpcancel.v1.GetSessionResponse\x12U\n" +
-	"\fCloseSession\x12!.mcpcancel.v1.CloseSessionRequest\x1a\".mcpcancel.v1.CloseSessionResponseB\xb2\x01\n" +
+	"\fCloseSession\x12!.mcpcancel.v1.CloseSessionRequest\x1a\".mcpcancel.v1.CloseSessionResponse\x12O\n" +
+	"\n" +
+	"CreateTask\x12\x1f.mcpcancel.v1.CreateTaskRequest\x1a .mcpcancel.v1.CreateTaskResponse\x12F\n" +
+	"\aGetTask\x12\x1c.mcpcancel.v1.GetTaskRequest\x1a\x1d.mcpcancel.v1.GetTaskResponse\x12I\n" +
+	"\bWaitTask\x12\x1d.mcpcancel.v1.WaitTaskRequest\x1a\x1e.mcpcancel.v1.WaitTaskResponse\x12L\n" +
+	"\tListTasks\x12\x1e.mcpcancel.v1.ListTasksRequest\x1a\x1f.mcpcancel.v1.ListTasksResponse\x12O\n" +
+	"\n" +
+	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponseB\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -2954,6 +2973,16 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CallState)(0),                // 48: mcpcancel.v1.CallState
 	(*Call)(nil),                  // 49: mcpcancel.v1.Call
 	(*AuditRecord)(nil),           // 50: mcpcancel.v1.AuditRecord
+	(*CreateTaskRequest)(nil),     // 51: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),        // 52: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),       // 53: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),      // 54: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),     // 55: mcpcancel.v1.CancelTaskRequest
+	(*CreateTaskResponse)(nil),    // 56: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),       // 57: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),      // 58: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),     // 59: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),    // 60: mcpcancel.v1.CancelTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	43, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -3020,23 +3049,33 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	37, // 61: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
 	39, // 62: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
 	41, // 63: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 64: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 65: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 66: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 67: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 68: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 69: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 70: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 71: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 72: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 73: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 74: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 75: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 76: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 77: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 78: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	64, // [64:79] is the sub-list for method output_type
-	49, // [49:64] is the sub-list for method input_type
+	51, // 64: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	52, // 65: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	53, // 66: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	54, // 67: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	55, // 68: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	3,  // 69: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 70: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 71: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 72: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 73: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 74: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 75: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 76: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 77: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 78: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 79: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 80: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 81: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 82: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 83: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	56, // 84: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	57, // 85: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	58, // 86: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	59, // 87: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	60, // 88: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	69, // [69:89] is the sub-list for method output_type
+	49, // [49:69] is the sub-list for method input_type
 	49, // [49:49] is the sub-list for extension type_name
 	49, // [49:49] is the sub-list for extension extendee
 	0,  // [0:49] is the sub-list for field type_name
@@ -3047,6 +3086,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	if File_mcpcancel_v1_coordinator_proto != nil {
 		return
 	}
+	file_mcpcancel_v1_tasks_proto_init()
 	file_mcpcancel_v1_types_proto_init()
 	file_mcpcancel_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{
 		(*CancelRequest_Key)(nil),

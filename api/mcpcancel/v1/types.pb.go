@@ -301,7 +301,10 @@ type Tool struct {
 	// before anything of it reached the client may then be placed once more,
 	// on another worker. Unlike annotations, which come from the tool's
 	// author and are hints, this is the operator's word.
-	Idempotent    bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// Whether the tool runs as an MCP task (execution.taskSupport):
+	// "forbidden" (or empty), "optional" or "required".
+	TaskSupport   string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -385,6 +388,13 @@ func (x *Tool) GetIdempotent() bool {
 	return false
 }
 
+func (x *Tool) GetTaskSupport() string {
+	if x != nil {
+		return x.TaskSupport
+	}
+	return ""
+}
+
 // Call is a call record as the coordinator stores it.
 type Call struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -403,7 +413,9 @@ type Call struct {
 	Deadline    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	SettledAt   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=settled_at,json=settledAt,proto3" json:"settled_at,omitempty"`
 	// The call this one retries: it failed when its worker was lost.
-	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The MCP task this call runs, if any (the call id).
+	TaskId        string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +548,13 @@ func (x *Call) GetRetryOf() string {
 	return ""
 }
 
+func (x *Call) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 // AuditRecord is one audited decision. Its JSON form (snake_case field
 // names, request_id as the client sent it) is the export format.
 type AuditRecord struct {
@@ -557,7 +576,9 @@ type AuditRecord struct {
 	// When the tool's handler really returned; unset until the worker says.
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The call this one retries, if it is a retry.
-	RetryOf       string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// The MCP task of the call, if it runs one.
+	TaskId        string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +711,13 @@ func (x *AuditRecord) GetRetryOf() string {
 	return ""
 }
 
+func (x *AuditRecord) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -702,7 +730,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xf7\x01\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\x9a\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -712,7 +740,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\x8d\x04\n" +
+	"idempotent\x12!\n" +
+	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\"\xa6\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -729,7 +758,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x129\n" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf\"\x91\x04\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x17\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\"\xaa\x04\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -748,7 +778,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"settled_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x129\n" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
-	"\bretry_of\x18\x0e \x01(\tR\aretryOf*\x8a\x01\n" +
+	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x17\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +

@@ -37,8 +37,13 @@ type ExecuteRequest struct {
 	Worker string `protobuf:"bytes,7,opt,name=worker,proto3" json:"worker,omitempty"`
 	// Who the caller is and the scopes its token granted, as the gateway
 	// authenticated them. Never the token itself.
-	Principal     string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
-	Scopes        []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Principal string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
+	Scopes    []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The call runs an MCP task: the handler keeps running when this
+	// stream ends (its gateway may be gone), until it returns, the task is
+	// cancelled or its deadline passes; its result goes to the coordinator
+	// with the completion.
+	Task          bool `protobuf:"varint,30,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +139,13 @@ func (x *ExecuteRequest) GetScopes() []string {
 		return x.Scopes
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetTask() bool {
+	if x != nil {
+		return x.Task
+	}
+	return false
 }
 
 type ExecuteResponse struct {
@@ -548,7 +560,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x9c\x02\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xb0\x02\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -558,7 +570,8 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bprogress\x18\x06 \x01(\bR\bprogress\x12\x16\n" +
 	"\x06worker\x18\a \x01(\tR\x06worker\x12\x1c\n" +
 	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06scopes\x18\t \x03(\tR\x06scopes\"\x9e\x02\n" +
+	"\x06scopes\x18\t \x03(\tR\x06scopes\x12\x12\n" +
+	"\x04task\x18\x1e \x01(\bR\x04task\"\x9e\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
