@@ -65,6 +65,9 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")))
 		return
 	}
+	if s.maybeTask(ctx, m, p, reply) {
+		return // a task: answered with CreateTaskResult, or refused (tasks.go)
+	}
 	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t

@@ -113,6 +113,9 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 	case "prompts/list", "resources/list", "resources/templates/list", "resources/read", "prompts/get":
 		return s.emptyCatalogue(m)
 	}
+	if taskMethods[m.Method] {
+		return s.taskMethod(ctx, m)
+	}
 	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
 }
 
@@ -137,7 +140,7 @@ func (s *session) initialize(raw json.RawMessage) (any, *jsonrpc.Error) {
 	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
-		"capabilities":    capabilities(),
+		"capabilities":    withTasks(capabilities()),
 		"serverInfo":      s.g.serverInfo(),
 		"instructions":    instructions,
 	}, nil
@@ -163,7 +166,7 @@ func (s *session) discover() any {
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
-		"capabilities":      capabilities(),
+		"capabilities":      withTaskExtension(capabilities()),
 		"instructions":      instructions,
 		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": s.g.serverInfo()},
 	}
@@ -207,6 +210,7 @@ type mcpTool struct {
 	InputSchema  json.RawMessage `json:"inputSchema"`
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	Annotations  json.RawMessage `json:"annotations,omitempty"`
+	Execution    *toolExecution  `json:"execution,omitempty"`
 }
 
 func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
@@ -223,6 +227,7 @@ func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
 		out = append(out, mcpTool{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(), InputSchema: in,
 			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: publicAnnotations(t.GetAnnotationsJson()),
+			Execution: execution(t),
 		})
 	}
 	return map[string]any{"tools": out}, nil
