@@ -158,4 +158,3 @@ func storedResults(t *testing.T, cli *clientv3.Client) map[string]bool {
 	}
 	return out
 }
-

@@ -60,4 +60,3 @@ func TestTaskScenarios(t *testing.T) {
 		})
 	}
 }
-
