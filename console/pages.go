@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 )
 
 const (
@@ -59,7 +59,7 @@ type decisionRow struct {
 }
 
 func newDecisionRow(r *pb.AuditRecord) decisionRow {
-	a := coordinator.AuditFromProto(r)
+	a := client.AuditFromProto(r)
 	d := decisionRow{
 		Key: a.CallID + "-" + a.Outcome, ID: a.CallID, Outcome: a.Outcome, Initiator: a.Initiator,
 		Tool: a.Tool, Principal: a.Principal, Worker: a.Worker, Reason: a.Reason, Settled: a.SettledAt, Stopped: "-",

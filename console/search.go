@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/coordinator"
 )
 
 // Choices the search form offers.
@@ -61,7 +61,7 @@ func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
 func (q query) matches(r *pb.AuditRecord) bool {
 	return strings.HasPrefix(r.GetCallId(), q.Call) &&
 		(q.Method == "" || recordMethod(r) == q.Method) &&
-		(q.Initiator == "" || coordinator.InitiatorName(r.GetInitiator()) == q.Initiator) &&
+		(q.Initiator == "" || client.InitiatorName(r.GetInitiator()) == q.Initiator) &&
 		(q.Principal == "" || r.GetPrincipal() == q.Principal)
 }
 
@@ -157,7 +157,7 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	var decided *pb.AuditRecord
 	for _, rec := range recs {
 		if rec.GetOutcome() == "cancel_lost" {
-			steps = append(steps, step{"cancel asked (too late)", tsPtr(rec.GetSettledAt()), "by " + coordinator.InitiatorName(rec.GetInitiator()) + ": " + orDash(rec.GetReason())})
+			steps = append(steps, step{"cancel asked (too late)", tsPtr(rec.GetSettledAt()), "by " + client.InitiatorName(rec.GetInitiator()) + ": " + orDash(rec.GetReason())})
 			continue
 		}
 		decided = rec
@@ -165,7 +165,7 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	if decided == nil {
 		return append(steps, step{"decided", nil, "not yet: the call is running"})
 	}
-	who := coordinator.InitiatorName(decided.GetInitiator())
+	who := client.InitiatorName(decided.GetInitiator())
 	if decided.GetOutcome() == "cancelled" {
 		steps = append(steps, step{"cancel asked", nil, "by " + who + "; the coordinator records no time apart from the decision"})
 	}

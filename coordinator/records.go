@@ -45,26 +45,9 @@ type callRecord struct {
 	Task *taskInfo `json:"task,omitempty"`
 }
 
-// AuditRecord is one audited decision in its export form: JSON with
-// snake_case fields, request_id as the client sent it, RFC 3339 times with
-// nanoseconds. It is what etcd stores and what `audit list --json` prints.
-type AuditRecord struct {
-	CallID      string          `json:"call_id"`
-	Scope       string          `json:"scope"`
-	Principal   string          `json:"principal"`
-	RequestID   json.RawMessage `json:"request_id"`
-	Tool        string          `json:"tool"`
-	Worker      string          `json:"worker"`
-	Gateway     string          `json:"gateway"`
-	Outcome     string          `json:"outcome"`
-	Initiator   string          `json:"initiator"`
-	Reason      string          `json:"reason"`
-	RequestedAt time.Time       `json:"requested_at"`
-	SettledAt   time.Time       `json:"settled_at"`
-	StoppedAt   *time.Time      `json:"stopped_at"`
-	RetryOf     string          `json:"retry_of,omitempty"`
-	TaskID      string          `json:"task_id,omitempty"`
-}
+// AuditRecord is one audited decision in its export form; the API's
+// client face defines it, as clients read it too.
+type AuditRecord = client.AuditRecord
 
 // stopOrder is the value of an owners/ key once the call was settled without
 // its worker: the worker must stop the handler.
@@ -84,27 +67,10 @@ func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time
 	}
 }
 
-var initiatorNames = map[pb.Initiator]string{
-	pb.Initiator_INITIATOR_CLIENT:      "client",
-	pb.Initiator_INITIATOR_TIMEOUT:     "timeout",
-	pb.Initiator_INITIATOR_DISCONNECT:  "disconnect",
-	pb.Initiator_INITIATOR_SHUTDOWN:    "shutdown",
-	pb.Initiator_INITIATOR_OPERATOR:    "operator",
-	pb.Initiator_INITIATOR_WORKER_LOST: "worker_lost",
-	pb.Initiator_INITIATOR_TOOL:        "tool",
-}
-
 // InitiatorName is the audit spelling of an initiator.
-func InitiatorName(i pb.Initiator) string { return initiatorNames[i] }
+func InitiatorName(i pb.Initiator) string { return client.InitiatorName(i) }
 
-func initiatorFromName(s string) pb.Initiator {
-	for k, v := range initiatorNames {
-		if v == s {
-			return k
-		}
-	}
-	return pb.Initiator_INITIATOR_UNSPECIFIED
-}
+func initiatorFromName(s string) pb.Initiator { return client.InitiatorFromName(s) }
 
 var stateValues = map[string]pb.CallState{
 	stateRunning:   pb.CallState_CALL_STATE_RUNNING,
@@ -133,36 +99,8 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 	}
 }
 
-// Proto converts an audit record to its wire form.
-func (a *AuditRecord) Proto() *pb.AuditRecord {
-	p := &pb.AuditRecord{
-		CallId: a.CallID, Scope: a.Scope, Principal: a.Principal,
-		RequestId: requestIDFromJSON(a.RequestID), Tool: a.Tool, Worker: a.Worker,
-		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: initiatorFromName(a.Initiator),
-		Reason: a.Reason, RequestedAt: ts(a.RequestedAt), SettledAt: ts(a.SettledAt),
-		RetryOf: a.RetryOf, TaskId: a.TaskID,
-	}
-	if a.StoppedAt != nil {
-		p.StoppedAt = timestamppb.New(*a.StoppedAt)
-	}
-	return p
-}
-
 // AuditFromProto converts a wire audit record to its export form.
-func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
-	a := &AuditRecord{
-		CallID: p.GetCallId(), Scope: p.GetScope(), Principal: p.GetPrincipal(),
-		RequestID: client.RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
-		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
-		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(), TaskID: p.GetTaskId(),
-	}
-	if p.GetStoppedAt() != nil {
-		t := p.GetStoppedAt().AsTime()
-		a.StoppedAt = &t
-	}
-	return a
-}
+func AuditFromProto(p *pb.AuditRecord) *AuditRecord { return client.AuditFromProto(p) }
 
 // requestIDFromJSON reads a request id the coordinator itself stored.
 func requestIDFromJSON(raw json.RawMessage) *pb.RequestId {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -22,7 +23,7 @@ const (
 	hdrName    = "Mcp-Name"
 	// HeaderScope names the scope a response's call runs in, so a client
 	// can look its calls up in the audit.
-	HeaderScope = "Mcpcancel-Scope"
+	HeaderScope = client.HeaderScope
 	contentJSON = "application/json"
 	contentSSE  = "text/event-stream"
 )

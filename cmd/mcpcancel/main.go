@@ -1,16 +1,17 @@
-// Command mcpcancel runs the parts of mcpcancel: `mcpcancel coordinator`,
-// `mcpcancel worker`, `mcpcancel version`. Run `mcpcancel help` for the
-// commands and `mcpcancel help COMMAND` for a command's flags; every flag
-// may also be set as a MCPCANCEL_* environment variable.
+// Command mcpcancel is the composition root of mcpcancel: one binary
+// whose subcommands wire the components together and run them
+// (`mcpcancel dev`, `gateway`, `coordinator`, `worker`) or run a client
+// of them (`call`, `audit`, `cancel`, `tools`, `console`, from
+// internal/clientcmd). Run `mcpcancel help` for the commands and
+// `mcpcancel help COMMAND` for a command's flags; every flag may also be
+// set as a MCPCANCEL_* environment variable.
 package main
 
 import (
 	"context"
 	"os"
-
-	"github.com/mcpcancel/mcpcancel/internal/cli"
 )
 
 func main() {
-	os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

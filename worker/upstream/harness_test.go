@@ -28,8 +28,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if args := os.Getenv(mcpcancelArgsEnv); args != "" {
-		os.Exit(runMcpcancel(args)) // a worker process of a test
+	if args := os.Getenv(workerProcEnv); args != "" {
+		os.Exit(runWorkerProc(args)) // a worker process of a test
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -3,7 +3,10 @@ package upstream_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,24 +20,57 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
-	"github.com/mcpcancel/mcpcancel/internal/cli"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
-// mcpcancelArgsEnv, when set, makes the test binary run mcpcancel with the
-// JSON array of arguments it holds instead of the tests: a worker process
-// a test can kill.
-const mcpcancelArgsEnv = "UPSTREAM_TEST_MCPCANCEL_ARGS"
+// workerProcEnv, when set, makes the test binary run, instead of the
+// tests, a worker process a test can kill: a worker fronting a stdio
+// server through an adapter, as `mcpcancel worker --upstream-stdio` does,
+// configured by the JSON procArgs the variable holds.
+const workerProcEnv = "UPSTREAM_TEST_WORKER_PROC"
 
-func runMcpcancel(args string) int {
-	var argv []string
-	if err := json.Unmarshal([]byte(args), &argv); err != nil {
+// procArgs configure a worker process.
+type procArgs struct {
+	Name, Coordinator string
+	Command           []string // the upstream server's command line
+	Config            string   // the adapter's per-tool options file
+}
+
+// runWorkerProc runs the worker process that args describe until SIGTERM,
+// then drains (for at most a second) and stops the upstream server.
+func runWorkerProc(args string) int {
+	var p procArgs
+	if err := json.Unmarshal([]byte(args), &p); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	return cli.Main(ctx, argv, os.Stdout, os.Stderr)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg, err := upstream.LoadConfig(p.Config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	w := worker.New(worker.Options{Coordinator: p.Coordinator, Name: p.Name, DrainTimeout: time.Second, Logger: log})
+	a := upstream.New(w, upstream.Options{Command: p.Command, Config: cfg, Logger: log})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	actx, stopAdapter := context.WithCancel(context.WithoutCancel(ctx))
+	adapterDone := make(chan error, 1)
+	go func() { adapterDone <- a.Run(actx) }() // owned here: waited for below
+	err = w.Run(ctx, lis)
+	stopAdapter() // after the worker drained: running calls still reach the server
+	if err = errors.Join(err, <-adapterDone); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // procWorker is an `mcpcancel worker` process fronting server-everything
@@ -55,11 +91,10 @@ func (st *stack) startProcWorker(t *testing.T, name, config string) *procWorker 
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args, _ := json.Marshal([]string{"worker", "--name", name, "--coordinator", st.coordAddr,
-		"--upstream-stdio", strings.Join(upstreamCmd, " "), "--upstream-config", cfg, "--drain-timeout", "1s"})
+	args, _ := json.Marshal(procArgs{Name: name, Coordinator: st.coordAddr, Command: upstreamCmd, Config: cfg})
 	w := &procWorker{name: name, tap: tp, done: make(chan struct{})}
 	w.cmd = exec.Command(os.Args[0])
-	w.cmd.Env = append(os.Environ(), mcpcancelArgsEnv+"="+string(args))
+	w.cmd.Env = append(os.Environ(), workerProcEnv+"="+string(args))
 	log := &testWriter{t: t}
 	w.cmd.Stdout, w.cmd.Stderr = log, log
 	if err := w.cmd.Start(); err != nil {

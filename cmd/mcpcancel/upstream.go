@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+
+	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/mcpcancel/mcpcancel/internal/cmdline"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
+)
+
+// upstreamFlags front an existing MCP server as the worker's tools.
+type upstreamFlags struct {
+	stdio, http, config string
+	maxConcurrency      int
+	// The adapter's own credentials for --upstream-http; never a client's.
+	headerFile, tokenURL, clientID, clientSecretFile, scopes string
+}
+
+// register adds --upstream-stdio and --upstream-http, and with limits
+// also --upstream-config and --max-concurrency.
+func (u *upstreamFlags) register(f *cmdline.Flags, limits bool) {
+	f.StringVar(&u.stdio, "upstream-stdio", "", "front the MCP server this `command` runs, over its stdio ('CMD ARGS...', split like a shell without expansion)")
+	f.StringVar(&u.http, "upstream-http", "", "front the MCP server at this Streamable HTTP `URL`")
+	if limits {
+		f.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
+		f.IntVar(&u.maxConcurrency, "max-concurrency", 0, "most calls forwarded to the upstream server at once; 0 means no limit")
+		f.StringVar(&u.headerFile, "upstream-header-file", "", "secret `file` with the header (\"Name: value\", or a bare bearer token) the adapter sends to --upstream-http, reread when it changes")
+		f.StringVar(&u.tokenURL, "upstream-token-url", "", "OAuth token endpoint `URL`: the adapter gets its own client-credentials token for --upstream-http")
+		f.StringVar(&u.clientID, "upstream-client-id", "", "OAuth client `id` for --upstream-token-url")
+		f.StringVar(&u.clientSecretFile, "upstream-client-secret-file", "", "`file` holding the client secret for --upstream-token-url")
+		f.StringVar(&u.scopes, "upstream-scopes", "", "space-separated `scopes` asked for with --upstream-token-url")
+	}
+}
+
+func (u *upstreamFlags) set() bool { return u.stdio != "" || u.http != "" }
+
+func (u *upstreamFlags) check() error {
+	switch {
+	case u.stdio != "" && u.http != "":
+		return errors.New("pass one of --upstream-stdio and --upstream-http, not both")
+	case u.maxConcurrency < 0:
+		return fmt.Errorf("--max-concurrency must not be negative, not %d", u.maxConcurrency)
+	case !u.set() && (u.config != "" || u.maxConcurrency != 0):
+		return errors.New("--upstream-config and --max-concurrency need --upstream-stdio or --upstream-http")
+	case u.http == "" && (u.headerFile != "" || u.tokenURL != ""):
+		return errors.New("--upstream-header-file and --upstream-token-url are credentials for --upstream-http")
+	case u.headerFile != "" && u.tokenURL != "":
+		return errors.New("pass one of --upstream-header-file and --upstream-token-url, not both")
+	case u.tokenURL != "" && (u.clientID == "" || u.clientSecretFile == ""):
+		return errors.New("--upstream-token-url needs --upstream-client-id and --upstream-client-secret-file")
+	}
+	if u.stdio != "" {
+		if _, err := upstream.SplitCommand(u.stdio); err != nil {
+			return fmt.Errorf("--upstream-stdio: %w", err)
+		}
+	}
+	return nil
+}
+
+// adapter builds the adapter for w.
+func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.Adapter, error) {
+	opts := upstream.Options{URL: u.http, MaxConcurrency: u.maxConcurrency, Logger: log.With("part", "upstream")}
+	if u.stdio != "" {
+		cmd, err := upstream.SplitCommand(u.stdio)
+		if err != nil {
+			return nil, err
+		}
+		opts.Command = cmd
+	}
+	if u.config != "" {
+		cfg, err := upstream.LoadConfig(u.config)
+		if err != nil {
+			return nil, err
+		}
+		opts.Config = cfg
+	}
+	creds := upstream.Credentials{HeaderFile: u.headerFile}
+	if u.tokenURL != "" {
+		secret, err := os.ReadFile(u.clientSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-client-secret-file: %w", err)
+		}
+		creds.ClientCredentials = &clientcredentials.Config{
+			ClientID: u.clientID, ClientSecret: strings.TrimSpace(string(secret)), TokenURL: u.tokenURL,
+			Scopes: strings.Fields(u.scopes), EndpointParams: url.Values{"resource": {u.http}},
+		}
+	}
+	if u.headerFile != "" || creds.ClientCredentials != nil {
+		hc, err := creds.HTTPClient(nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.HTTPClient = hc
+	}
+	return upstream.New(w, opts), nil
+}
+
+// capacity is the worker capacity that also honours --max-concurrency,
+// so the coordinator routes no more calls here than the upstream takes.
+func (u *upstreamFlags) capacity(c int) int {
+	if u.maxConcurrency > 0 && (c == 0 || c > u.maxConcurrency) {
+		return u.maxConcurrency
+	}
+	return c
+}
+
+// startAdapter runs a until the returned stop is called; stop kills the
+// upstream server and returns Run's error. The adapter keeps (re)starting
+// the server meanwhile; a.Ready tells when its tools were first offered.
+func startAdapter(ctx context.Context, a *upstream.Adapter) (stop func() error) {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	return func() error { cancel(); return <-done }
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mcpcancel/mcpcancel/internal/authz"
+	"github.com/mcpcancel/mcpcancel/internal/cmdline"
+	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+// ErrNoTools means the worker was given no tools to serve.
+var ErrNoTools = errors.New("no tools: pass --demo, --upstream-stdio or --upstream-http")
+
+const aboutWorker = `Runs a worker: it attaches to a coordinator, offers its tools there and
+runs the calls gateways send it. --demo serves the demo tools sleep, echo
+and spin; --upstream-stdio or --upstream-http fronts an existing MCP server
+instead, offering its tools (it restarts a --upstream-stdio server that
+dies). On SIGINT or SIGTERM it stops taking calls, waits up to
+--drain-timeout for running ones (cancelling the rest), detaches, and then
+stops the upstream server.`
+
+type workerFlags struct {
+	coordinator, listen, advertise, name string
+	admin                                string
+	demo                                 bool
+	capacity                             int
+	drain                                time.Duration
+	logLevel                             *slog.Level
+	tls                                  tlsconfig.Files
+	upstream                             upstreamFlags
+}
+
+func parseWorkerFlags(s cmdline.Streams, args []string) (*workerFlags, error) {
+	o := &workerFlags{}
+	f := cmdline.NewFlags(s, "worker", aboutWorker)
+	f.StringVar(&o.coordinator, "coordinator", "127.0.0.1:7801", "coordinator `address`: HOST:PORT, dns:///NAME:PORT, or a comma-separated list")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "`HOST:PORT` to serve Execute on (port 0 picks a free one)")
+	f.StringVar(&o.advertise, "advertise", "", "`HOST:PORT` gateways dial to reach this worker (default: the listen address)")
+	f.StringVar(&o.name, "name", "", "worker `name`, unique among live workers (default: host name and a random suffix)")
+	f.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics on; empty serves none")
+	f.BoolVar(&o.demo, "demo", false, "serve the demo tools sleep, echo and spin")
+	f.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
+	f.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
+	f.TLS(&o.tls)
+	o.upstream.register(f, true)
+	o.logLevel = f.LogLevel()
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.check()
+}
+
+func (o *workerFlags) check() error {
+	switch {
+	case !o.demo && !o.upstream.set():
+		return cmdline.Usage(ErrNoTools)
+	case o.demo && o.upstream.set():
+		return cmdline.Usage(errors.New("--demo and an upstream server cannot share a worker: run two workers"))
+	case o.advertise == "" && everyInterface(o.listen):
+		return cmdline.Usage(fmt.Errorf("--listen %s takes every interface: pass --advertise HOST:PORT, the address gateways dial", o.listen))
+	case o.coordinator == "":
+		return cmdline.Usage(errors.New("no coordinator: pass --coordinator HOST:PORT"))
+	case o.capacity < 0:
+		return cmdline.Usage(fmt.Errorf("--capacity must not be negative, not %d", o.capacity))
+	case o.drain <= 0:
+		return cmdline.Usage(fmt.Errorf("--drain-timeout must be positive, not %v", o.drain))
+	}
+	if err := o.upstream.check(); err != nil {
+		return cmdline.Usage(err)
+	}
+	return nil
+}
+
+// everyInterface says whether addr listens on the unspecified address,
+// which is no address to advertise.
+func everyInterface(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && (host == "" || net.ParseIP(host).IsUnspecified())
+}
+
+func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
+	o, err := parseWorkerFlags(s, args)
+	if err != nil {
+		return err
+	}
+	log := cmdline.NewLogger(s.Stderr, *o.logLevel)
+	sec, err := cmdline.LoadTLS(o.tls, log)
+	if err != nil {
+		return err
+	}
+	w := worker.New(worker.Options{
+		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
+		Capacity: o.upstream.capacity(o.capacity), DrainTimeout: o.drain, Logger: log,
+		DialOptions:   sec.DialOptions(tlsconfig.RoleCoordinator),
+		ServerOptions: sec.ServerOptions(authz.Worker()),
+	})
+	if o.demo {
+		demo.Register(w)
+	}
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	if o.upstream.set() {
+		a, err := o.upstream.adapter(w, log)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		stopUpstream := startAdapter(ctx, a)
+		defer stopUpstream() // after the worker drained: running calls still reach the server
+	}
+	fmt.Fprintf(s.Stderr, "worker: %s\n", lis.Addr())
+	var g errgroup.Group
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAdmin()
+	ready, closeReady := grpcHealth(lis.Addr().String(), sec.DialOptions(tlsconfig.RoleWorker))
+	defer closeReady()
+	g.Go(func() error { return serveAdminReady(adminCtx, s.Stderr, o.admin, w.Registry(), ready) })
+	err = w.Run(ctx, lis)
+	stopAdmin()
+	return errors.Join(err, g.Wait())
+}
