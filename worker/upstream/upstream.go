@@ -77,7 +77,8 @@ type Adapter struct {
 	log  *slog.Logger
 	sem  chan struct{} // nil when unbounded
 
-	tokens progressRoutes
+	tokens      progressRoutes
+	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
