@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
@@ -18,11 +19,13 @@ import (
 const researchTool = "simulate-research-query"
 
 // server-everything's simulate-research-query requires task augmentation.
-// Through the gateway, a 2025-11-25 client runs it as a task: the adapter
-// offers it as a task tool, calls it upstream as a task of the server's
-// own (params.task, then tasks/result), and tasks/result at the gateway
-// returns its report. A second task cancelled at the gateway reaches the
-// server as tasks/cancel naming the server's task id.
+// Through two gateway replicas, a 2025-11-25 client runs it as a task:
+// the adapter offers it as a task tool, calls it upstream as a task of the
+// server's own (params.task, then tasks/result). A task created on A is
+// read and cancelled through B, which reaches the server as tasks/cancel
+// naming the server's own task id; a second tasks/cancel is -32602.
+// Another task created on A has its report served by B after A is gone,
+// and tasks/list on B shows both.
 func TestResearchQueryAsTask(t *testing.T) {
 	cmd, tp := stdioEverything(t)
 	st := startStack(t, upstream.Options{Command: cmd}, researchTool)
@@ -30,32 +33,49 @@ func TestResearchQueryAsTask(t *testing.T) {
 	if ts := tools[researchTool].GetTaskSupport(); ts != "required" {
 		t.Fatalf("the adapter offers %s with task support %q, want required", researchTool, ts)
 	}
-	session := taskSession(t, st.url)
-	if code := taskErrorCode(taskRPC(t, st.url, session, 1, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "x"}})); code != -32601 {
+	_, urlB := testcluster.StartGateway(t, st.coord, gateway.Options{})
+	sa, sb := taskSession(t, st.url), taskSession(t, urlB)
+	if code := taskErrorCode(taskRPC(t, st.url, sa, 1, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "x"}})); code != -32601 {
 		t.Fatalf("a plain call of a task-only tool: code %v, want -32601", code)
 	}
 
-	created := taskResult(t, taskRPC(t, st.url, session, 2, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "etcd leases"}, "task": map[string]any{}}))
+	created := taskResult(t, taskRPC(t, st.url, sa, 2, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "etcd leases"}, "task": map[string]any{}}))
 	id := created["task"].(map[string]any)["taskId"].(string)
-	res := taskResult(t, taskRPC(t, st.url, session, 3, "tasks/result", map[string]any{"taskId": id}))
-	b, _ := json.Marshal(res)
-	if !strings.Contains(string(b), "etcd leases") || res["isError"] == true {
-		t.Fatalf("tasks/result: %s", b)
-	}
-
-	second := taskResult(t, taskRPC(t, st.url, session, 4, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "never finished"}, "task": map[string]any{}}))
+	second := taskResult(t, taskRPC(t, st.url, sa, 3, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "never finished"}, "task": map[string]any{}}))
 	id2 := second["task"].(map[string]any)["taskId"].(string)
 	// The server must have created its task before the cancel can name it.
-	testcluster.WaitFor(t, "the server's second task", func() bool { return len(upstreamTaskIDs(t, tp)) == 2 })
-	if st := taskResult(t, taskRPC(t, st.url, session, 5, "tasks/cancel", map[string]any{"taskId": id2}))["status"]; st != "cancelled" {
-		t.Fatalf("tasks/cancel: %v", st)
+	testcluster.WaitFor(t, "the server's tasks", func() bool { return len(upstreamTaskIDs(t, tp)) == 2 })
+	if got := taskResult(t, taskRPC(t, urlB, sb, 4, "tasks/get", map[string]any{"taskId": id2}))["status"]; got != "working" {
+		t.Fatalf("tasks/get on B: %v", got)
 	}
-	theirs := upstreamTaskIDs(t, tp)[1]
+	if got := taskResult(t, taskRPC(t, urlB, sb, 5, "tasks/cancel", map[string]any{"taskId": id2}))["status"]; got != "cancelled" {
+		t.Fatalf("tasks/cancel on B: %v", got)
+	}
+	// The server's two tasks may have been created in either order; the
+	// cancel names one of them, once.
+	theirs := upstreamTaskIDs(t, tp)
 	testcluster.WaitFor(t, "tasks/cancel at the server", func() bool {
-		return wireHas(t, tp, `"method":"tasks/cancel"`, theirs)
+		return wireHas(t, tp, `"method":"tasks/cancel"`, theirs[0]) != wireHas(t, tp, `"method":"tasks/cancel"`, theirs[1])
 	})
-	if cancelled := wireHas(t, tp, `"method":"notifications/cancelled"`, ""); cancelled {
+	if wireHas(t, tp, `"method":"notifications/cancelled"`, "") {
 		t.Error("the server was sent notifications/cancelled for a task; a task is cancelled with tasks/cancel")
+	}
+	if code := taskErrorCode(taskRPC(t, urlB, sb, 6, "tasks/cancel", map[string]any{"taskId": id2})); code != -32602 {
+		t.Fatalf("a second tasks/cancel: code %v, want -32602", code)
+	}
+
+	st.gw.Close() // A is gone; its task goes on
+	res := taskResult(t, taskRPC(t, urlB, sb, 7, "tasks/result", map[string]any{"taskId": id}))
+	b, _ := json.Marshal(res)
+	if !strings.Contains(string(b), "etcd leases") || res["isError"] == true {
+		t.Fatalf("tasks/result on B: %s", b)
+	}
+	listed := map[string]any{}
+	for _, x := range taskResult(t, taskRPC(t, urlB, sb, 8, "tasks/list", map[string]any{}))["tasks"].([]any) {
+		listed[x.(map[string]any)["taskId"].(string)] = x.(map[string]any)["status"]
+	}
+	if listed[id] != "completed" || listed[id2] != "cancelled" {
+		t.Fatalf("tasks/list on B: %v", listed)
 	}
 }
 
