@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -133,4 +134,32 @@ func (e *env) wait(t *testing.T, id, principal string) *pb.Task {
 		t.Fatalf("wait task: %v", err)
 	}
 	return got.Task
+}
+
+// A task is gone when its TTL passes: its call's deadline is the TTL, so
+// its worker stops it, and its entry and result expire with its lease.
+func TestTaskExpires(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	w := testcluster.StartWorker(t, worker.Options{Coordinator: e.coords[0].Addr, Name: "expirer"}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "forever", TaskSupport: worker.TaskOptional}, func(ctx context.Context, _ *worker.Call) (*worker.Result, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	})
+	waitTools(t, e.c, "forever")
+	ct, err := e.c.CreateTask(t.Context(), &pb.CreateTaskRequest{Key: key("session:ttl", num(1)), Tool: "forever", Principal: "p", Ttl: durationpb.New(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ct.Task.Ttl.AsDuration(); got != time.Second {
+		t.Fatalf("ttl %v", got)
+	}
+	final := e.executeTask(t, w.Client(t), ct, "forever")
+	if final.GetCancelled().GetInitiator() != pb.Initiator_INITIATOR_TIMEOUT {
+		t.Fatalf("the task's call at its TTL: %v", final)
+	}
+	testcluster.WaitFor(t, "the task to expire", func() bool {
+		_, err := e.c.GetTask(t.Context(), &pb.GetTaskRequest{TaskId: ct.Task.TaskId, Principal: "p"})
+		return client.Is(err, client.ErrUnknownTask)
+	})
 }

@@ -157,6 +157,9 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p callPara
 		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": legacyTask(t)}))
 	}
 	token, scopes := p.Meta.ProgressToken, identityFrom(ctx).Scopes
+	if len(token) > 0 && token[0] != '"' && token[0] != '-' && (token[0] < '0' || token[0] > '9') {
+		token = nil // a progress token is a string or a number
+	}
 	if !g.startTask(func(base context.Context) { s.runTask(base, p, created, token, scopes) }) {
 		g.failTask(t, "the gateway shut down before the task started")
 	}
@@ -209,7 +212,7 @@ func (s *session) runTask(ctx context.Context, p callParams, created *pb.CreateT
 		Worker: t.GetWorker(), Principal: s.principal, Scopes: scopes, Task: true,
 	})
 	if err == nil {
-		err = drain(stream)
+		err = drain(stream, func(pr *pb.Progress) { s.taskProgress(t.GetTaskId(), token, pr) })
 	}
 	switch status.Code(err) {
 	case codes.OK:
@@ -224,9 +227,9 @@ func (s *session) runTask(ctx context.Context, p callParams, created *pb.CreateT
 	}
 }
 
-// drain reads a task's stream to its end; nil when it ended with an
-// outcome.
-func drain(stream pb.WorkerService_ExecuteClient) error {
+// drain reads a task's stream to its end, passing on its progress; nil
+// when it ended with an outcome.
+func drain(stream pb.WorkerService_ExecuteClient, progress func(*pb.Progress)) error {
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -235,7 +238,9 @@ func drain(stream pb.WorkerService_ExecuteClient) error {
 		if err != nil {
 			return err
 		}
-		switch ev.GetEvent().(type) {
+		switch e := ev.GetEvent().(type) {
+		case *pb.ExecuteResponse_Progress:
+			progress(e.Progress)
 		case *pb.ExecuteResponse_Result, *pb.ExecuteResponse_Failed, *pb.ExecuteResponse_Cancelled:
 			return nil
 		}
@@ -352,4 +357,28 @@ func execution(t *pb.Tool) *toolExecution {
 		return &toolExecution{TaskSupport: ts}
 	}
 	return nil
+}
+
+// taskProgress relays a task's progress to a 2025-era client that gave a
+// progress token and can hear notifications: the token stays valid for
+// the task's life. Progress coalesces to the latest, and none follows the
+// task's end (the stream's outcome ends drain).
+func (s *session) taskProgress(id string, token json.RawMessage, p *pb.Progress) {
+	if len(token) == 0 || s.isModern() {
+		return
+	}
+	params := map[string]any{"progressToken": token, "progress": p.GetProgress(),
+		"_meta": map[string]any{metaRelatedTask: map[string]any{"taskId": id}}}
+	if p.GetTotal() > 0 {
+		params["total"] = p.GetTotal()
+	}
+	if p.GetMessage() != "" {
+		params["message"] = p.GetMessage()
+	}
+	s.mu.Lock()
+	k := s.notifier
+	s.mu.Unlock()
+	if k != nil {
+		k.sendLatest("task-progress/"+id, jsonrpc.Notification("notifications/progress", params))
+	}
 }
