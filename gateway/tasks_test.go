@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -163,5 +165,80 @@ func TestTasksAcrossReplicas(t *testing.T) {
 		if len(as) != 1 || as[0].Outcome != want || as[0].TaskID != id {
 			t.Fatalf("audit of %s: %+v", id, as)
 		}
+	}
+}
+
+// A 2025-11-25 client that listens on its session's GET stream hears its
+// task's progress (tagged with the task) and notifications/tasks/status
+// when the task ends.
+func TestTaskNotifications(t *testing.T) {
+	cl := etcdtest.Single(t)
+	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
+	go1 := make(chan struct{})
+	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "nw"}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "steps", TaskSupport: worker.TaskOptional}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+			c.Progress(1, 2, "half")
+			<-go1
+			return worker.Text("stepped"), nil
+		})
+	})
+	c := coord.Client(t)
+	waitFor(t, "the task tool", func() bool {
+		resp, err := c.ListTools(t.Context(), nil)
+		return err == nil && len(resp.Tools) == 1
+	})
+	_, url := testcluster.StartGateway(t, c, gateway.Options{})
+	s := openSession(t, url)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", s)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %v %v", resp, err)
+	}
+	heard := make(chan map[string]any, 16)
+	done := make(chan struct{})
+	defer func() { resp.Body.Close(); <-done }()
+	go func() { // owned: ends when the test closes the body, and is waited for
+		defer close(done)
+		defer close(heard)
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadBytes('\n')
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				var m map[string]any
+				if json.Unmarshal(bytes.TrimSpace(data), &m) == nil {
+					select {
+					case heard <- m:
+					default: // the test reads what it needs; drop the rest
+					}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	created := resultOf(t, rpc(t, url, s, 1, "tools/call", map[string]any{
+		"name": "steps", "arguments": map[string]any{}, "task": map[string]any{}, "_meta": map[string]any{"progressToken": "tok"},
+	}))
+	id := created["task"].(map[string]any)["taskId"].(string)
+	next := func(method string) map[string]any {
+		t.Helper()
+		for m := range heard {
+			if m["method"] == method {
+				return m["params"].(map[string]any)
+			}
+		}
+		t.Fatalf("the stream ended before %s", method)
+		return nil
+	}
+	p := next("notifications/progress")
+	if rel, _ := p["_meta"].(map[string]any)["io.modelcontextprotocol/related-task"].(map[string]any); p["progressToken"] != "tok" || rel["taskId"] != id {
+		t.Fatalf("progress: %v", p)
+	}
+	close(go1)
+	if st := next("notifications/tasks/status"); st["taskId"] != id || st["status"] != "completed" {
+		t.Fatalf("status: %v", st)
 	}
 }
