@@ -43,6 +43,28 @@ func TestQuick(t *testing.T) {
 	if r.CallsPerSec <= 0 || r.PlainCallsPerSec <= 0 || r.EtcdCeilingCallsPerSec <= 0 {
 		t.Errorf("throughput %v, plain %v, ceiling %v: want all positive", r.CallsPerSec, r.PlainCallsPerSec, r.EtcdCeilingCallsPerSec)
 	}
+	// Under load decisions share commits, but a call still commits
+	// something; more than its Begin and Complete alone means counting
+	// picked up something else.
+	if r.CommitsPerCallLoaded <= 0 || r.CommitsPerCallLoaded > 2.5 {
+		t.Errorf("commits per call under load %v: want in (0, 2.5]", r.CommitsPerCallLoaded)
+	}
+	// Too few samples to split reliably at these counts (TestCPUByLabel
+	// checks the split): only that mcpcancel's components used some.
+	if r.CPUCalls <= 0 || r.CPUPerCallMcpcancel <= 0 || r.ProcessCPUPerCall < r.CPUPerCallMcpcancel {
+		t.Errorf("CPU per call: %d calls, %v by component, mcpcancel %v, process %v", r.CPUCalls, r.CPUPerCall, r.CPUPerCallMcpcancel, r.ProcessCPUPerCall)
+	}
+	if r.LatencyCalls != c.floorN || r.GatewayLatencyP50 <= 0 || r.PlainLatencyP50 <= 0 || r.GatewayLatencyP99 < r.GatewayLatencyP50 {
+		t.Errorf("one-session latency: n %d, gateway p50 %v p99 %v, plain p50 %v", r.LatencyCalls, r.GatewayLatencyP50, r.GatewayLatencyP99, r.PlainLatencyP50)
+	}
+	for _, k := range []string{"direct", "mcp_proxy", "mcpcancel"} {
+		p, ok := r.Peers[k]
+		// /proc counts CPU in 10 ms ticks: at these counts one process's
+		// share may round to none, the sum hardly.
+		if !ok || p.CallsPerSec <= 0 || p.CPUPerCall <= 0 || p.FrontCPUPerCall < 0 || p.UpstreamCPUPerCall < 0 || p.P50 <= 0 || p.OneSessionCallsPerSec <= 0 {
+			t.Errorf("peer %s: %+v (measured %v)", k, p, ok)
+		}
+	}
 	path := filepath.Join(t.TempDir(), "out.json")
 	if err := r.writeJSON(path); err != nil {
 		t.Fatal(err)
@@ -57,7 +79,7 @@ func TestQuick(t *testing.T) {
 	}
 	for _, k := range []string{"floor_cas_p50_ms", "floor_cas_p99_ms", "floor_watch_p99_ms", "cancel_p50_ms", "cancel_p99_ms",
 		"calls_per_sec", "plain_calls_per_sec", "etcd_ceiling_calls_per_sec", "etcd_commits_per_call", "etcd_commits_per_cancelled_call",
-		"cores", "goos", "goarch", "go_version"} {
+		"cores", "goos", "goarch", "go_version", "etcd_commits_per_call_loaded", "cpu_ms_per_call", "added_latency_p50_ms", "added_latency_p99_ms", "peers"} {
 		if _, ok := got[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
@@ -126,5 +148,31 @@ func TestParseConfig(t *testing.T) {
 		if _, err := parseConfig(args, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)
 		}
+	}
+}
+
+// CPU spent under a label is found under that label in the profile, and
+// none under a label that did no work.
+func TestCPUByLabel(t *testing.T) {
+	p, err := startCPUProfile()
+	if err != nil {
+		t.Skip(err)
+	}
+	var sink int
+	labelled("spin", func() error {
+		for start := processCPU(); processCPU()-start < 300*time.Millisecond; {
+			for i := range 100000 {
+				sink += i
+			}
+		}
+		return nil
+	})
+	labelled("idle", func() error { return nil })
+	got, err := p.stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["spin"] < 50*time.Millisecond || got["idle"] != 0 {
+		t.Errorf("CPU by label %v after spinning 300ms under spin (sink %d)", got, sink)
 	}
 }

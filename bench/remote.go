@@ -46,7 +46,7 @@ func measureRemote(ctx context.Context, c config, r *result, progress progressFu
 		r.Notes = append(r.Notes, "remote cancel latency is the client's cancel to the audit's stopped_at (the handler returned), on two clocks: exact only when the bench runs on the worker's host")
 	}
 	if c.runs("throughput") {
-		return measureThroughput(ctx, c, r, c.mcpURL, hc, progress)
+		return measureThroughput(ctx, c, r, c.mcpURL, hc, nil, progress) // no etcd, no components here
 	}
 	return nil
 }

@@ -54,6 +54,36 @@ type result struct {
 	CallsVsPlain           float64 `json:"calls_vs_plain,omitempty"`
 	CallsVsCeiling         float64 `json:"calls_vs_etcd_ceiling,omitempty"`
 
+	// CommitsPerCallLoaded is etcd's commits per gateway call during the
+	// throughput run (its clients at once); the target is at most 0.5.
+	CommitsPerCallLoaded   float64 `json:"etcd_commits_per_call_loaded,omitempty"`
+	RevisionsPerCallLoaded float64 `json:"etcd_revisions_per_call_loaded,omitempty"`
+
+	// CPUPerCall is CPU milliseconds per gateway call by component (and
+	// "clients", the benchmark's own), from a CPU profile of a window of
+	// the throughput load; CPUPerCallMcpcancel sums the components;
+	// ProcessCPUPerCall is this whole process's, clients included.
+	CPUCalls            int                `json:"cpu_calls,omitempty"`
+	CPUPerCall          map[string]float64 `json:"cpu_ms_per_call,omitempty"`
+	CPUPerCallMcpcancel float64            `json:"cpu_ms_per_call_mcpcancel,omitempty"`
+	ProcessCPUPerCall   float64            `json:"process_cpu_ms_per_call,omitempty"`
+
+	// One session's echo calls, the gateway's and the plain server's in
+	// turn: the latency the gateway adds at p50 and p99.
+	LatencyCalls      int     `json:"latency_calls,omitempty"`
+	GatewayLatencyP50 float64 `json:"gateway_latency_p50_ms,omitempty"`
+	GatewayLatencyP99 float64 `json:"gateway_latency_p99_ms,omitempty"`
+	PlainLatencyP50   float64 `json:"plain_latency_p50_ms,omitempty"`
+	PlainLatencyP99   float64 `json:"plain_latency_p99_ms,omitempty"`
+	AddedLatencyP50   float64 `json:"added_latency_p50_ms,omitempty"`
+	AddedLatencyP99   float64 `json:"added_latency_p99_ms,omitempty"`
+
+	// Peers fronting the same server-everything: "direct" (itself, over
+	// Streamable HTTP), "mcp_proxy" and "mcpcancel" (the adapter), both
+	// fronting it over stdio.
+	PeerSessions int               `json:"peer_sessions,omitempty"`
+	Peers        map[string]peerJS `json:"peers,omitempty"`
+
 	CommitCalls               int     `json:"commit_calls,omitempty"`
 	CommitsPerCall            float64 `json:"etcd_commits_per_call,omitempty"`
 	CommitsPerCancelledCall   float64 `json:"etcd_commits_per_cancelled_call,omitempty"`
@@ -77,6 +107,21 @@ type result struct {
 
 	Notes   []string `json:"notes,omitempty"`
 	Skipped []string `json:"skipped,omitempty"`
+}
+
+// peerJS is one peer's figures: calls/s with PeerSessions sessions, CPU
+// per call of its front and of server-everything, and one session's
+// latency and what the front adds over server-everything's own.
+type peerJS struct {
+	CallsPerSec           float64 `json:"calls_per_sec"`
+	CPUPerCall            float64 `json:"cpu_ms_per_call"`
+	FrontCPUPerCall       float64 `json:"front_cpu_ms_per_call"`
+	UpstreamCPUPerCall    float64 `json:"upstream_cpu_ms_per_call"`
+	OneSessionCallsPerSec float64 `json:"one_session_calls_per_sec"`
+	P50                   float64 `json:"one_session_p50_ms"`
+	P99                   float64 `json:"one_session_p99_ms"`
+	AddedP50              float64 `json:"added_p50_ms"`
+	AddedP99              float64 `json:"added_p99_ms"`
 }
 
 type cancelJS struct {
@@ -152,11 +197,40 @@ func (r *result) print(w io.Writer) {
 	}
 	if r.CallsPerSec > 0 {
 		row(fmt.Sprintf("echo calls/s via gateway (%d clients, %.0fs)", r.Clients, r.WindowSeconds), fmt.Sprintf("%.0f", r.CallsPerSec), "")
-		row("echo calls/s, plain go-sdk server", fmt.Sprintf("%.0f  (gateway is %.1f%% of it)", r.PlainCallsPerSec, 100*r.CallsVsPlain), "")
+		row("echo calls/s, plain go-sdk server", fmt.Sprintf("%.0f  (gateway is %.1f%% of it)", r.PlainCallsPerSec, 100*r.CallsVsPlain), verdict(r.CallsVsPlain >= 0.8, "≥ 80%"))
 	}
 	if r.EtcdCeilingCallsPerSec > 0 {
 		row("etcd ceiling calls/s (Txn/s ÷ commits/call)", fmt.Sprintf("%.0f  (%.0f Txn/s)", r.EtcdCeilingCallsPerSec, r.EtcdTxnPerSec), "")
 		row("gateway ÷ etcd ceiling", fmt.Sprintf("%.1f%%", 100*r.CallsVsCeiling), verdict(r.CallsVsCeiling >= 0.5, "≥ 50%"))
+	}
+	if r.CommitsPerCallLoaded > 0 {
+		row(fmt.Sprintf("etcd commits per call, %d clients", r.Clients), fmt.Sprintf("%.3f  (%.3f revisions)", r.CommitsPerCallLoaded, r.RevisionsPerCallLoaded), verdict(r.CommitsPerCallLoaded <= 0.5, "≤ 0.5"))
+	}
+	if r.CPUCalls > 0 {
+		var parts []string
+		for _, k := range append(components, "clients") {
+			parts = append(parts, fmt.Sprintf("%s %.3f", k, r.CPUPerCall[k]))
+		}
+		row(fmt.Sprintf("CPU ms per call (n=%d)", r.CPUCalls), strings.Join(parts, "  "), "")
+		row("CPU ms per call, mcpcancel's components", fmt.Sprintf("%.3f  (whole process %.3f)", r.CPUPerCallMcpcancel, r.ProcessCPUPerCall), "")
+	}
+	if r.LatencyCalls > 0 {
+		row(fmt.Sprintf("one session: gateway, plain (n=%d)", r.LatencyCalls), fmt.Sprintf("p50 %.3f / %.3f ms  p99 %.3f / %.3f ms", r.GatewayLatencyP50, r.PlainLatencyP50, r.GatewayLatencyP99, r.PlainLatencyP99), "")
+		row("latency the gateway adds", fmt.Sprintf("p50 %.3f ms  p99 %.3f ms", r.AddedLatencyP50, r.AddedLatencyP99),
+			verdict(r.FloorSamples > 0 && r.AddedLatencyP50 <= r.FloorCASP50+1, "p50 ≤ CAS p50 + 1 ms"))
+	}
+	for _, k := range []string{"direct", "mcp_proxy", "mcpcancel"} {
+		p, ok := r.Peers[k]
+		if !ok {
+			continue
+		}
+		row(fmt.Sprintf("server-everything echo, %s (%d sessions)", k, r.PeerSessions),
+			fmt.Sprintf("%.0f calls/s  CPU %.3f ms/call (front %.3f + upstream %.3f)", p.CallsPerSec, p.CPUPerCall, p.FrontCPUPerCall, p.UpstreamCPUPerCall), "")
+		row(fmt.Sprintf("  one session, %s", k), fmt.Sprintf("%.0f calls/s  p50 %.3f ms  p99 %.3f ms  (adds p50 %.3f, p99 %.3f)", p.OneSessionCallsPerSec, p.P50, p.P99, p.AddedP50, p.AddedP99), "")
+	}
+	if m, p := r.Peers["mcpcancel"], r.Peers["mcp_proxy"]; m.CallsPerSec > 0 && p.CallsPerSec > 0 {
+		row("mcpcancel ÷ mcp-proxy calls/s", fmt.Sprintf("%.1f%%", 100*m.CallsPerSec/p.CallsPerSec), verdict(m.CallsPerSec >= p.CallsPerSec, "≥ 100%"))
+		row("mcpcancel ÷ mcp-proxy CPU per call", fmt.Sprintf("%.2f×", m.CPUPerCall/max(p.CPUPerCall, 1e-9)), verdict(m.CPUPerCall <= p.CPUPerCall, "≤ 1×"))
 	}
 	if r.CommitCalls > 0 {
 		row(fmt.Sprintf("etcd commits per call (n=%d)", r.CommitCalls), fmt.Sprintf("%.3f  (%.3f revisions)", r.CommitsPerCall, r.RevisionsPerCall), verdict(r.CommitsPerCall <= 2.0, "2"))

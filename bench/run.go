@@ -49,7 +49,13 @@ func measureInProcess(ctx context.Context, c config, r *result, dir string, log 
 	if !c.runs("throughput") {
 		return nil
 	}
-	if err := measureThroughput(ctx, c, r, s.mcpURL, hc, progress); err != nil {
+	if err := measureThroughput(ctx, c, r, s.mcpURL, hc, counter, progress); err != nil {
+		return err
+	}
+	if err := measureAddedLatency(ctx, c, r, s.mcpURL, hc, progress); err != nil {
+		return err
+	}
+	if err := measurePeers(ctx, c, r, dir, log, hc, progress); err != nil {
 		return err
 	}
 	progress("etcd ceiling: CAS Txns from %d writers for %v", c.clients, c.ceilingWindow)
@@ -164,8 +170,10 @@ func measureCommits(ctx context.Context, c config, r *result, s *system, hc *htt
 }
 
 // measureThroughput loads the gateway at url and a plain Go SDK server
-// with the same echo load, in alternating one-second slices.
-func measureThroughput(ctx context.Context, c config, r *result, url string, hc *http.Client, progress progressFunc) error {
+// with the same echo load, in alternating one-second slices, counting
+// etcd's commits meanwhile (the plain server makes none); then loads the
+// gateway alone under the CPU profiler, for its CPU per call by component.
+func measureThroughput(ctx context.Context, c config, r *result, url string, hc *http.Client, counter *commitCounter, progress progressFunc) error {
 	plain, err := startPlain()
 	if err != nil {
 		return err
@@ -182,14 +190,35 @@ func measureThroughput(ctx context.Context, c config, r *result, url string, hc 
 	}
 	defer pl.close()
 	progress("throughput: %d clients calling echo for %v via the gateway and %v on a plain go-sdk server, alternating every %v", c.clients, c.window, c.window, throughputSlice)
+	if counter == nil { // a remote gateway: neither its etcd nor its components are here
+		rate, prate, err := echoRates(ctx, gw, pl, c.window)
+		if err != nil {
+			return fmt.Errorf("throughput: %w", err)
+		}
+		r.setThroughput(c, rate, prate)
+		return nil
+	}
+	before, err := counter.mark(ctx)
+	if err != nil {
+		return err
+	}
 	rate, prate, err := echoRates(ctx, gw, pl, c.window)
 	if err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
+	after, err := counter.settle(ctx, 400*time.Millisecond, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	r.setThroughput(c, rate, prate)
+	r.CommitsPerCallLoaded, r.RevisionsPerCallLoaded = after.perCall(before, int(gw.calls))
+	return measureCPU(ctx, c, r, gw, progress)
+}
+
+func (r *result) setThroughput(c config, rate, prate float64) {
 	r.Clients, r.WindowSeconds = c.clients, c.window.Seconds()
 	r.CallsPerSec, r.PlainCallsPerSec = round(rate, 0), round(prate, 0)
 	r.CallsVsPlain = ratio(rate, prate)
-	return nil
 }
 
 // measureProcesses measures memory per in-flight call and the cancel storm

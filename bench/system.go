@@ -24,6 +24,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
 // system is the whole of mcpcancel in this process, wired as `mcpcancel
@@ -37,34 +38,60 @@ type system struct {
 	gw             *gateway.Gateway
 	mcpURL         string
 	probes         *probes
+	adapter        *upstream.Adapter // the worker's, when it fronts an MCP server
 
 	stops []func() // in reverse order of start
 }
 
 func startSystem(ctx context.Context, dir string, log *slog.Logger) (_ *system, err error) {
+	return startSystemWith(ctx, dir, log, systemOptions{})
+}
+
+// systemOptions varies the system: labels is the prefix of its
+// components' pprof labels; upstream, if set, is the command of an MCP
+// server the worker fronts (an adapter) instead of the demo tools.
+type systemOptions struct {
+	labels   string
+	upstream []string
+}
+
+func startSystemWith(ctx context.Context, dir string, log *slog.Logger, o systemOptions) (_ *system, err error) {
 	s := &system{probes: newProbes()}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	if s.etcd, err = embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(dir, "etcd")}); err != nil {
+	err = labelled(o.labels+"etcd", func() (err error) {
+		s.etcd, err = embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(dir, "etcd")})
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	s.stops = append(s.stops, s.etcd.Close)
-	for _, c := range []**clientv3.Client{&s.writer, &s.second} {
-		if *c, err = clientv3.New(clientv3.Config{Endpoints: []string{s.etcd.ClientURL()}, Logger: zap.NewNop()}); err != nil {
+	// The writer is the coordinator's client (and the floor's, before
+	// any load); the second is the benchmark's.
+	for _, c := range []struct {
+		cli   **clientv3.Client
+		label string
+	}{{&s.writer, o.labels + "coordinator"}, {&s.second, ""}} {
+		err := labelled(c.label, func() (err error) {
+			*c.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{s.etcd.ClientURL()}, Logger: zap.NewNop()})
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
-		s.stops = append(s.stops, func() { (*c).Close() })
+		s.stops = append(s.stops, func() { (*c.cli).Close() })
 	}
-	if err := s.startCoordinator(log); err != nil {
+	if err := labelled(o.labels+"coordinator", func() error { return s.startCoordinator(log) }); err != nil {
 		return nil, err
 	}
-	if err := s.startWorker(ctx, log); err != nil {
+	if err := labelled(o.labels+"worker", func() error { return s.startWorker(ctx, log, o.upstream) }); err != nil {
 		return nil, err
 	}
-	return s, s.startGateway(log)
+	return s, labelled(o.labels+"gateway", func() error { return s.startGateway(log) })
 }
 
 func (s *system) startCoordinator(log *slog.Logger) error {
@@ -89,23 +116,43 @@ func (s *system) startCoordinator(log *slog.Logger) error {
 	}
 }
 
-func (s *system) startWorker(ctx context.Context, log *slog.Logger) error {
+func (s *system) startWorker(ctx context.Context, log *slog.Logger, upstreamCmd []string) error {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	w := worker.New(worker.Options{Coordinator: s.coordAddr, Name: "bench-worker", DrainTimeout: 5 * time.Second, Logger: log.With("part", "worker")})
-	demo.Register(w)
-	w.Handle(probeTool, s.probes.handle)
+	if upstreamCmd == nil {
+		demo.Register(w)
+		w.Handle(probeTool, s.probes.handle)
+	} else {
+		s.adapter = upstream.New(w, upstream.Options{Command: upstreamCmd, Logger: log.With("part", "adapter")})
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(wctx, lis) }()
 	s.stops = append(s.stops, func() { cancel(); <-done })
 	select {
 	case <-w.Attached():
-		return nil
 	case <-done:
 		return errors.New("worker stopped before it attached")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.adapter == nil {
+		return nil
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	adone := make(chan struct{})
+	go func() { defer close(adone); s.adapter.Run(actx) }()
+	s.stops = append(s.stops, func() { acancel(); <-adone })
+	select {
+	case <-s.adapter.Ready():
+		return nil
+	case <-adone:
+		return errors.New("the adapter stopped before it registered its tools")
+	case <-time.After(60 * time.Second):
+		return errors.New("the adapter did not register its tools within 60s")
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -31,12 +31,20 @@ func benchHTTPClient(conns int) *http.Client {
 // echoLoad is clients Go SDK sessions on one server, ready to call echo.
 type echoLoad struct {
 	sessions []*mcp.ClientSession
+	call     callFunc
 	calls    int64
 	elapsed  time.Duration
 }
 
+// callFunc makes one call on a session and checks its answer.
+type callFunc func(context.Context, *mcp.ClientSession) error
+
 func newEchoLoad(ctx context.Context, url string, hc *http.Client, clients int) (*echoLoad, error) {
-	l := &echoLoad{}
+	return newLoad(ctx, url, hc, clients, echo)
+}
+
+func newLoad(ctx context.Context, url string, hc *http.Client, clients int, call callFunc) (*echoLoad, error) {
+	l := &echoLoad{call: call}
 	for range clients {
 		cs, err := httpSession(ctx, url, protocol2025, hc)
 		if err != nil {
@@ -44,7 +52,7 @@ func newEchoLoad(ctx context.Context, url string, hc *http.Client, clients int) 
 			return nil, err
 		}
 		l.sessions = append(l.sessions, cs)
-		if err := echo(ctx, cs); err != nil { // warm up the session and its connection
+		if err := call(ctx, cs); err != nil { // warm up the session and its connection
 			l.close()
 			return nil, err
 		}
@@ -77,7 +85,7 @@ func (l *echoLoad) run(ctx context.Context, d time.Duration) error {
 	for _, cs := range l.sessions {
 		wg.Go(func() {
 			for time.Now().Before(deadline) && first.Load() == nil {
-				if err := echo(ctx, cs); err != nil {
+				if err := l.call(ctx, cs); err != nil {
 					first.CompareAndSwap(nil, &err)
 					return
 				}

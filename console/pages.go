@@ -70,13 +70,8 @@ func newDecisionRow(r *pb.AuditRecord) decisionRow {
 	return d
 }
 
-func requestID(id *pb.RequestId) string {
-	if t, ok := id.GetKind().(*pb.RequestId_Text); ok {
-		b, _ := json.Marshal(t.Text)
-		return string(b)
-	}
-	return fmt.Sprint(id.GetNumber())
-}
+// requestID renders a request id as its client sent it.
+func requestID(id *pb.RequestId) string { return string(client.RequestIDJSON(id)) }
 
 type page struct {
 	Title  string

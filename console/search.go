@@ -39,9 +39,14 @@ func parseQuery(r *http.Request) query {
 	}
 }
 
-// request is the ListAudit request for what the coordinator filters.
+// request is the ListAudit request for the search: the coordinator
+// applies every filter. matches applies them again, as a coordinator
+// older than some of them ignores those.
 func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
-	req := &pb.ListAuditRequest{Tool: q.Tool, Outcome: q.Outcome}
+	req := &pb.ListAuditRequest{
+		Tool: q.Tool, Outcome: q.Outcome, Principal: q.Principal, Method: q.Method,
+		Initiator: client.InitiatorFromName(q.Initiator), CallIdPrefix: q.Call,
+	}
 	if q.Since != "" {
 		d, err := time.ParseDuration(q.Since)
 		if err != nil || d < 0 {
@@ -51,9 +56,6 @@ func (q query) request(now time.Time) (*pb.ListAuditRequest, error) {
 	}
 	if strings.Trim(q.Call, "0123456789abcdef") != "" || len(q.Call) > 32 {
 		return nil, errors.New("call is a call id or its start, in hex")
-	}
-	if len(q.Call) == 32 {
-		req.CallId = q.Call
 	}
 	return req, nil
 }
@@ -153,6 +155,9 @@ func timeline(call *pb.Call, recs []*pb.AuditRecord) []step {
 	}
 	if call.GetRetryOf() != "" {
 		steps = append(steps, step{"retry of", nil, call.GetRetryOf()})
+	}
+	if call.GetTraceId() != "" {
+		steps = append(steps, step{"trace", nil, "trace id " + call.GetTraceId() + " (look it up in your tracing backend)"})
 	}
 	var decided *pb.AuditRecord
 	for _, rec := range recs {

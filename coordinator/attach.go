@@ -130,7 +130,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	s.log.Info("worker attached", "worker", info.Name, "address", info.Address, "lease", int64(lease), "adopted", adopted)
 	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Attached{Attached: &pb.Attached{
 		LeaseId: int64(lease), Adopted: adopted, LeaseTtl: durationpb.New(s.opts.LeaseTTL), Coordinator: s.opts.Name,
-		HeartbeatInterval: durationpb.New(wl.every),
+		HeartbeatInterval: durationpb.New(wl.every), EchoesHeartbeats: true,
 	}}})
 	if err := s.pushPendingStops(ctx, info.Name); err != nil {
 		return toStatus(err)
@@ -238,6 +238,11 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 			return err
 		}
 		return s.updateWorker(ctx, a, func(i *workerInfo) { i.Tools = toolDefs(msg.ToolsChanged.GetTools()) })
+	case *pb.AttachRequest_Heartbeat:
+		// The echo lets the worker tell a live link from one that only
+		// carries its own words: one that lost our replies (stop orders
+		// with them) is given up on and redialled.
+		a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
 	case *pb.AttachRequest_Detach:
 		if err := a.lease.Close(ctx); err != nil {
 			s.log.Warn("revoking worker lease", "worker", a.worker, "err", err)

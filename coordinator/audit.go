@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 )
 
 const (
@@ -28,6 +29,9 @@ func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.L
 		size = defaultAuditPage
 	}
 	size = min(size, maxAuditPage)
+	if err := checkAuditFilter(req); err != nil {
+		return nil, toStatus(err)
+	}
 	from := s.keys.auditFrom(req.GetSince().AsTime())
 	if req.GetSince() == nil {
 		from = s.keys.audits()
@@ -41,7 +45,7 @@ func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.L
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.keys.audits())), clientv3.WithLimit(int64(size*10)))
+	resp, err := s.cli.Get(octx, from, clientv3.WithRange(s.auditRangeEnd(req)), clientv3.WithLimit(int64(size*10)))
 	if err != nil {
 		return nil, toStatus(etcdErr(octx, "list audit", err))
 	}
@@ -62,12 +66,6 @@ func (s *Server) ListAudit(ctx context.Context, req *pb.ListAuditRequest) (*pb.L
 		out.NextPageToken = base64.RawURLEncoding.EncodeToString(append(last, 0))
 	}
 	return out, nil
-}
-
-func auditMatches(a *AuditRecord, req *pb.ListAuditRequest) bool {
-	return (req.GetCallId() == "" || a.CallID == req.GetCallId()) &&
-		(req.GetTool() == "" || a.Tool == req.GetTool()) &&
-		(req.GetOutcome() == "" || a.Outcome == req.GetOutcome())
 }
 
 // auditPage is how many records WatchAudit reads from etcd at once.
@@ -203,14 +201,15 @@ func (b *stopBatcher) run(ctx context.Context) error {
 		// A batch that cannot be written (etcd unavailable) is kept and
 		// retried with the reports that arrive meanwhile: dropping it would
 		// leave its owner keys, and stop orders, behind until the worker dies.
-		for wait := stopFlushDelay; ; wait = min(2*wait, 5*time.Second) {
+		retry := backoff.Backoff{Min: stopFlushDelay, Max: 5 * time.Second}
+		for {
 			batch = b.fill(ctx, batch)
 			err := b.flush(ctx, batch)
 			if err == nil || ctx.Err() != nil {
 				break
 			}
 			b.s.log.Warn("recording handler stops; will retry", "n", len(batch), "err", err)
-			if backoff(ctx, wait) != nil {
+			if retry.Wait(ctx) != nil {
 				break
 			}
 		}
@@ -287,7 +286,7 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kvs[0].Key), encode(a), clientv3.WithIgnoreLease()))
 	}
-	tresp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	tresp, err := s.commits.Txn(octx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return etcdErr(octx, "record stops", err)
 	}
@@ -297,9 +296,6 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 				return err
 			}
 		}
-	}
-	for _, r := range live {
-		s.view.removeOwner(r.worker, r.callID)
 	}
 	return nil
 }

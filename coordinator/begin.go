@@ -14,6 +14,8 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // Begin implements CoordinatorService.Begin.
@@ -39,6 +41,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		State:       stateRunning,
 		RequestedAt: now,
 		Deadline:    now.Add(s.timeout(req)),
+		TraceID:     telemetry.TraceID(ctx),
 	}
 	idx := s.keys.index(req.GetKey())
 	var reuse int64 // the index revision to overwrite, when the id was used before
@@ -66,12 +69,13 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		if err != nil {
 			return nil, err
 		}
-		rec.CallID, rec.Worker = randomID(), w.name
+		rec.CallID, rec.Worker = randid.New(16), w.name
 		fence, err := s.beginTxn(ctx, rec, idx, w, reuse)
 		switch {
 		case err == nil:
 			s.view.addOwner(w.name, rec.CallID)
 			s.running.add(rec, idx, fence)
+			tracePlacement(ctx, rec)
 			return &pb.BeginResponse{
 				CallId: rec.CallID, Fence: fence, Worker: w.name,
 				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
@@ -179,7 +183,7 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
 	begun := encode(rec)
-	resp, err := s.cli.Txn(ctx).If(
+	resp, err := s.commits.Txn(ctx).If( // with concurrent calls' decisions
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 		// A session closed on another replica takes no new calls.

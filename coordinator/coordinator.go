@@ -7,8 +7,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // Options configures a coordinator replica. The zero value of every field
@@ -65,6 +64,7 @@ type Server struct {
 	running   *runningCalls
 	retention *retention
 	stops     *stopBatcher
+	commits   *committer
 	attached  *attachments
 	metrics   *metrics
 	health    *healthState
@@ -95,6 +95,7 @@ func New(opts Options) *Server {
 	s.running = newRunningCalls()
 	s.retention = &retention{s: s}
 	s.stops = newStopBatcher(s)
+	s.commits = newCommitter(opts.Client, opts.OpTimeout)
 	s.metrics = newMetrics(s)
 	return s
 }
@@ -104,7 +105,7 @@ func setDefaults(o *Options) {
 		o.Prefix = "/mcpcancel/v1/"
 	}
 	if o.Name == "" {
-		o.Name = "coordinator-" + randomID()[:8]
+		o.Name = "coordinator-" + randid.New(4)
 	}
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = 10 * time.Second
@@ -146,6 +147,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
+	g.Go(func() error { return s.commits.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })
 	g.Go(func() error { return s.runExpiry(ctx) })
 	g.Go(func() error { return s.runHealth(ctx) })
@@ -177,12 +179,6 @@ func (s *Server) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 func (s *Server) now() time.Time { return s.opts.Now().UTC() }
-
-func randomID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // retention hands out the lease that settled records live on. Each lease
 // lives Retention plus one rotation period and is never kept alive, so

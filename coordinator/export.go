@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -45,13 +46,14 @@ func (e *Exporter) Run(ctx context.Context) error {
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
+	retry := backoff.Backoff{Min: exportRetry}
 	for {
 		var compacted bool
 		rev, compacted, err = e.follow(ctx, rev)
 		if err != nil {
 			return err
 		}
-		if backoff(ctx, exportRetry) != nil {
+		if retry.Wait(ctx) != nil {
 			return nil
 		}
 		if compacted {
@@ -66,6 +68,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 // start writes the records settled since e.from, retrying until etcd
 // answers or ctx is done, and returns the revision it read them at.
 func (e *Exporter) start(ctx context.Context) (int64, error) {
+	retry := backoff.Backoff{Min: exportRetry}
 	for {
 		octx, cancel := e.s.opCtx(ctx)
 		resp, err := e.s.cli.Get(octx, e.s.keys.auditFrom(e.from), clientv3.WithRange(clientv3.GetPrefixRangeEnd(e.s.keys.audits())))
@@ -74,7 +77,7 @@ func (e *Exporter) start(ctx context.Context) (int64, error) {
 			return resp.Header.Revision, e.writeAll(resp.Kvs)
 		}
 		e.s.log.Warn("audit export: reading the audit", "err", etcdErr(octx, "read audit", err))
-		if backoff(ctx, exportRetry) != nil {
+		if retry.Wait(ctx) != nil {
 			return 0, nil
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -15,11 +16,12 @@ import (
 // workers whose lease expired, and does so while it leads.
 func (s *Server) runJanitor(ctx context.Context) error {
 	ttl := int(max(time.Second, s.opts.LeaseTTL) / time.Second)
+	retry := backoff.Backoff{Min: s.opts.LeaseTTL / 4}
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 		if err != nil {
 			s.log.Warn("janitor: no session", "err", err)
-			backoff(ctx, s.opts.LeaseTTL/4)
+			retry.Wait(ctx)
 			continue
 		}
 		el := concurrency.NewElection(sess, s.keys.election())
@@ -73,7 +75,8 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 //     told the call could not start: hence FAILED, not CANCELLED), and
 //     the worker may never have seen it.
 //
-// deadlines caches the deadline of each running call between rounds.
+// deadlines caches the deadline of each running call between rounds; an
+// entry lives while its call's owner key is running in the latest round.
 func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) error {
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).Then(
@@ -129,7 +132,6 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 		if err = s.skipCorrupt(id, err); err != nil {
 			return err
 		}
-		delete(deadlines, id)
 	}
 	return nil
 }
@@ -193,6 +195,5 @@ func (s *Server) abandoned(ctx context.Context, worker, id string, ownerRev int6
 	if err != nil {
 		return etcdErr(octx, "janitor clear owner", err)
 	}
-	s.view.removeOwner(worker, id)
 	return nil
 }

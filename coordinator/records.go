@@ -42,7 +42,8 @@ type callRecord struct {
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
 	RetryOf     string          `json:"retry_of,omitempty"`
 	// Set when the call runs an MCP task (see tasks.go).
-	Task *taskInfo `json:"task,omitempty"`
+	Task    *taskInfo `json:"task,omitempty"`
+	TraceID string    `json:"trace_id,omitempty"`
 }
 
 // AuditRecord is one audited decision in its export form; the API's
@@ -63,7 +64,8 @@ func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time
 		Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
 		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
-		TaskID: r.taskID(),
+		TaskID:  r.taskID(),
+		TraceID: r.TraceID,
 	}
 }
 
@@ -96,6 +98,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
 		TaskId:      r.taskID(),
+		TraceId:     r.TraceID,
 	}
 }
 

@@ -101,6 +101,12 @@ var lostTo = map[string]settled{
 // cancellation writes the one cancel_lost record. An owner's decision
 // found already made is its own retried one, and won.
 func (s *Server) settle(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (verdict, error) {
+	v, err := s.settleOnce(ctx, rec, kv, d)
+	traceDecision(ctx, rec, d, v, err) // trace.go
+	return v, err
+}
+
+func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.KeyValue, d decision) (verdict, error) {
 	for range 3 {
 		if rec.State != stateRunning {
 			if d.madeBy(rec) {
@@ -164,7 +170,7 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	guard, ops := s.decide(rec, kv, d, s.now(), lease)
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(guard).Then(ops...).Else(
+	resp, err := s.commits.Txn(ctx).If(guard).Then(ops...).Else( // with concurrent calls' decisions
 		clientv3.OpGet(string(kv.Key)),
 	).Commit()
 	if err != nil {
@@ -176,17 +182,13 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		}
 		return nil, etcdErr(ctx, "settle", err)
 	}
+	s.running.remove(rec.CallID) // won, or its guard failed: not running at this fence
 	if !resp.Succeeded {
-		s.running.remove(rec.CallID)
 		cur := resp.Responses[0].GetResponseRange().Kvs
 		if len(cur) == 0 {
 			return nil, fmt.Errorf("%w: call %s", ErrUnknownCall, rec.CallID)
 		}
 		return cur[0], nil
-	}
-	s.running.remove(rec.CallID)
-	if d.stoppedAt != nil || d.ownerGone {
-		s.view.removeOwner(rec.Worker, rec.CallID)
 	}
 	s.metrics.decisions.WithLabelValues(d.state).Inc()
 	return nil, nil
@@ -205,7 +207,7 @@ func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 	lost.Initiator, lost.Reason = d.initiator, d.reason
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(
+	resp, err := s.commits.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
 	).Then(
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithIgnoreLease()),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // Task support of a tool (MCP execution.taskSupport).
@@ -66,7 +67,7 @@ func (s *Server) createTask(ctx context.Context, req *pb.CreateTaskRequest) (*pb
 			s.revokeTaskLease(ctx, lease)
 			return nil, invalid("tool %s does not run as a task", rec.Tool)
 		}
-		rec.CallID, rec.Worker = randomID(), w.name
+		rec.CallID, rec.Worker = randid.New(16), w.name
 		fence, err := s.createTaskTxn(ctx, rec, w)
 		switch {
 		case err == nil:

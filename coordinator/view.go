@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 )
 
 // workerInfo is the value of workers/<worker>.
@@ -69,9 +70,13 @@ type workerEntry struct {
 type view struct {
 	s *Server
 
-	mu       sync.Mutex
-	rev      int64 // revision the view was loaded at
-	workers  map[string]*workerEntry
+	mu      sync.Mutex
+	rev     int64 // revision the view was loaded at
+	workers map[string]*workerEntry
+	// owners holds the calls whose owner key exists (handler not yet
+	// returned), and inflight counts them per worker. Removal, the one
+	// rule: an entry leaves when the owners/ watch shows its key deleted
+	// (or a reload after compaction no longer finds it).
 	owners   map[string]string // call id -> worker
 	inflight map[string]int    // worker -> running handlers
 	changed  chan struct{}     // closed when workers change, then replaced
@@ -269,6 +274,7 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 	v.mu.Lock()
 	rev := v.rev
 	v.mu.Unlock()
+	retry := backoff.Backoff{Min: 50 * time.Millisecond}
 	for {
 		compacted := false
 		wch := v.s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
@@ -287,7 +293,7 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 			rev = max(rev, resp.Header.Revision)
 		}
 		v.s.health.watch(prefix, false)
-		if err := backoff(ctx, 50*time.Millisecond); err != nil {
+		if err := retry.Wait(ctx); err != nil {
 			return err
 		}
 		if compacted {
@@ -299,18 +305,6 @@ func (v *view) watch(ctx context.Context, prefix string, apply func(*clientv3.Ev
 			rev = v.rev
 			v.mu.Unlock()
 		}
-	}
-}
-
-// backoff waits d or until ctx is done, for retry loops.
-func backoff(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

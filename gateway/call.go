@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
@@ -29,6 +31,7 @@ type call struct {
 	modern   bool            // 2026-07-28: results say resultType
 	logLevel string          // 2026-07-28: the request's own log level; none means no logs
 	scopes   []string        // the scopes the caller's token granted, for the handler
+	span     trace.Span      // the request's span, nil when not traced (trace.go)
 
 	mu       sync.Mutex
 	state    int
@@ -68,7 +71,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	if s.maybeTask(ctx, m, p, reply) {
 		return // a task: answered with CreateTaskResult, or refused (tasks.go)
 	}
-	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes}
+	c := &call{s: s, id: m.ID, reply: reply, modern: s.isModern(), logLevel: p.Meta.LogLevel, scopes: identityFrom(ctx).Scopes, span: requestSpan(ctx)}
 	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
 		c.token = t
 	}
@@ -88,11 +91,12 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	if outcome != "" {
 		s.g.metrics.call(p.Name, outcome)
 	}
+	observeOutcome(ctx, outcome)
 }
 
 func (c *call) run(p callParams) {
 	g := c.s.g
-	ctx, cancel := context.WithTimeout(g.base, g.opts.CallTimeout)
+	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
@@ -102,6 +106,7 @@ func (c *call) run(p callParams) {
 		c.beginFailed(err, p.Name)
 		return
 	}
+	c.placed(begun)
 	// The coordinator may grant less time than asked (it caps deadlines).
 	timeout := begun.GetTimeout().AsDuration()
 	c.mu.Lock()
@@ -152,7 +157,7 @@ func (c *call) retry(p callParams, lost *pb.BeginResponse) *pb.BeginResponse {
 	if !ok {
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(g.base, deadline)
+	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.Name,
@@ -214,8 +219,9 @@ func (c *call) beginFailed(err error, tool string) {
 func (c *call) failLostBegin() {
 	g := c.s.g
 	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
-	for wait := 100 * time.Millisecond; wait <= time.Second; wait *= 2 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+	for range 4 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
 		if err == nil {
 			call := got.GetCall()
@@ -232,11 +238,7 @@ func (c *call) failLostBegin() {
 		if err == nil || client.Is(err, client.ErrUnknownCall) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-g.base.Done():
-			t.Stop()
+		if retry.Wait(g.base) != nil {
 			return
 		}
 	}
@@ -253,11 +255,15 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	}
 	// The stream is bounded: a worker that goes silent past the call's
 	// deadline (and the cancel that the deadline sends) is lost.
-	ctx, stop := context.WithDeadline(g.base, begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
+	ctx, stop := context.WithDeadline(c.traced(g.base), begun.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
 	defer stop()
 	c.mu.Lock()
 	c.stopExec = stop
 	c.mu.Unlock()
+	// Watched from before the stream opens: a fresh connection to a worker
+	// gone silent never completes its handshake, and Execute waits for it.
+	heard, endWatch := c.watchQuiet(begun, stop)
+	defer endWatch()
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.Name, ArgumentsJson: p.Arguments,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
@@ -266,8 +272,6 @@ func (c *call) execute(p callParams, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
-	heard, endWatch := c.watchQuiet(begun, stop)
-	defer endWatch()
 	for {
 		ev, err := stream.Recv()
 		heard()
@@ -319,7 +323,7 @@ const workerLost = "the worker running this call was lost"
 func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
 		Call:      &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker()},

@@ -47,7 +47,7 @@ func (c *call) requestCancel(who pb.Initiator, reason string) {
 // sendCancel asks the coordinator; it reports whether the cancel won.
 func (c *call) sendCancel(o *cancelOrder) bool {
 	g := c.s.g
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Cancel(ctx, &pb.CancelRequest{
 		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}},

@@ -9,8 +9,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"log/slog"
 	"sync"
@@ -23,7 +21,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // ErrClosed means the gateway is shutting down.
@@ -114,7 +115,7 @@ func New(opts Options) *Gateway {
 		panic("gateway: Options.Coordinator is required")
 	}
 	if opts.Name == "" {
-		opts.Name = "gateway-" + randomToken(6)
+		opts.Name = "gateway-" + randid.New(6)
 	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 10 * time.Minute
@@ -157,20 +158,14 @@ func New(opts Options) *Gateway {
 // Run follows the coordinator's tool list and tells clients when it
 // changes, until ctx is done.
 func (g *Gateway) Run(ctx context.Context) error {
-	wait := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		err := g.watchTools(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		g.log.Warn("tool watch ended; retrying", "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(2*wait, 2*time.Second)
+		retry.Wait(ctx)
 	}
 	return nil
 }
@@ -296,7 +291,7 @@ func (g *Gateway) workerClient(addr string) (pb.WorkerServiceClient, error) {
 	if c := g.workers[addr]; c != nil {
 		return pb.NewWorkerServiceClient(c), nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option()}, g.opts.WorkerDialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dial.Keepalive{}.Option(), telemetry.DialOption()}, g.opts.WorkerDialOptions...)
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
@@ -351,10 +346,4 @@ func (g *Gateway) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	return g.Shutdown(ctx)
-}
-
-func randomToken(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
 }

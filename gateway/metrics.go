@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,6 +34,7 @@ type metrics struct {
 	calls    *prometheus.CounterVec
 	cancels  *prometheus.CounterVec
 	retries  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 	inflight prometheus.GaugeFunc
 	sessions prometheus.GaugeFunc
 }
@@ -52,6 +54,13 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "mcpcancel_gateway_retries_total",
 			Help: "Calls of idempotent tools placed once more, on another worker, after their worker was lost, by tool.",
 		}, []string{"tool"}),
+		// The MCP semantic conventions' mcp.server.operation.duration, in
+		// Prometheus spelling, with their recommended buckets.
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcp_server_operation_duration_seconds",
+			Help:    "MCP requests served, from arrival to answer (or to a cancel that won), by mcp.method.name and error.type (empty when it succeeded).",
+			Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}, []string{"mcp_method_name", "error_type"}),
 		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpcancel_gateway_calls_in_flight",
 			Help: "tools/call requests in flight on this gateway.",
@@ -68,7 +77,7 @@ func newMetrics(g *Gateway) *metrics {
 	for _, r := range []string{cancelWon, cancelLost, cancelUnknown, cancelWrongDirection, cancelInvalid, cancelRateLimited} {
 		m.cancels.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.calls, m.cancels, m.retries, m.inflight, m.sessions,
+	m.reg.MustRegister(m.calls, m.cancels, m.retries, m.duration, m.inflight, m.sessions,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -76,6 +85,11 @@ func newMetrics(g *Gateway) *metrics {
 func (m *metrics) call(tool, outcome string) { m.calls.WithLabelValues(tool, outcome).Inc() }
 
 func (m *metrics) cancel(result string) { m.cancels.WithLabelValues(result).Inc() }
+
+// operation records one MCP request's duration (gateway/trace.go).
+func (m *metrics) operation(method, errType string, d time.Duration) {
+	m.duration.WithLabelValues(method, errType).Observe(d.Seconds())
+}
 
 func (m *metrics) retry(tool string) { m.retries.WithLabelValues(tool).Inc() }
 

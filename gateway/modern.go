@@ -10,6 +10,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // The rules of 2026-07-28 that apply to a request before it is handled:
@@ -243,7 +244,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}
-	s := newSession(h.g, client.StreamScope+randomToken(16), principal)
+	s := newSession(h.g, client.StreamScope+randid.New(16), principal)
 	s.modern = true
 	if e, status := s.precheck(r.Context(), m); e != nil {
 		writeErrorResponse(w, status, m.ID, true, e)

@@ -29,6 +29,8 @@ const instructions = "Tools run on a worker fleet behind mcpcancel; cancelling a
 var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed", nil)
 
 func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
+	ctx, reply, end := s.observe(ctx, m, reply) // span and duration: trace.go
+	defer end()
 	if m.Method == "server/discover" || metaProtocolVersion(m.Params) == Version20260728 {
 		s.mu.Lock()
 		s.modern = true // this client speaks 2026-07-28

@@ -12,6 +12,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // lineWriter writes newline-delimited JSON, a batch in one Write, within
@@ -43,7 +44,7 @@ func (lineWriter) abandonable() bool { return true }
 // in flight are cancelled (reason: the connection closed) and ServeStdio
 // returns once they have settled.
 func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	s := newSession(g, client.ConnScope+randomToken(12), anonymous)
+	s := newSession(g, client.ConnScope+randid.New(12), anonymous)
 	out := newOutbox(lineWriter{w}, g.opts.WriteTimeout, g.outboxLimit())
 	s.setNotifier(out)
 	defer out.close()

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
 )
 
 // maxPendingStops bounds stop reports queued while detached; past it the
@@ -18,6 +21,16 @@ const maxPendingStops = 65536
 
 // attachTimeout bounds the wait for the coordinator's answer to a hello.
 const attachTimeout = 15 * time.Second
+
+// silentBeats is how many heartbeat intervals may pass without a word
+// from a coordinator that echoes heartbeats before its link is taken for
+// half-dead.
+const silentBeats = 3
+
+var (
+	errNoHelloAnswer     = errors.New("worker: no answer to the hello")
+	errCoordinatorSilent = errors.New("worker: the coordinator's replies stopped arriving")
+)
 
 // control keeps the worker attached to a coordinator replica: it holds the
 // worker's lease across reconnects, applies stop orders and sends reports
@@ -34,6 +47,7 @@ type control struct {
 	outbox      []*pb.AttachRequest  // control messages for this stream
 	draining    bool
 	detaching   bool
+	helloWait   time.Duration // for a re-attach's hello; 0 before the first attach
 	wake        chan struct{} // something to send
 	attached    chan struct{} // closed on the first successful attach
 	once        sync.Once
@@ -49,7 +63,7 @@ func (w *Worker) Attached() <-chan struct{} { return w.ctrl.attached }
 
 // run attaches, and re-attaches after any failure, until ctx is done.
 func (c *control) run(ctx context.Context) error {
-	wait := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := c.session(ctx)
@@ -58,15 +72,9 @@ func (c *control) run(ctx context.Context) error {
 		}
 		c.w.log.Warn("control stream ended; re-attaching", "err", err)
 		if time.Since(start) > 5*time.Second {
-			wait = 50 * time.Millisecond
+			retry.Reset()
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(2*wait, 2*time.Second)
+		retry.Wait(ctx)
 	}
 	return nil
 }
@@ -75,25 +83,19 @@ func (c *control) run(ctx context.Context) error {
 func (c *control) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.w.coord.Attach(ctx)
+	link := c.w.conn.Gen()
+	stream, att, gen, err := c.hello(ctx, cancel)
+	if errors.Is(err, errNoHelloAnswer) {
+		// Nothing came back: the link may lose replies, and so would
+		// every stream and settle on it.
+		c.w.redial(link, err)
+	}
 	if err != nil {
 		return err
 	}
+	every := heartbeatEvery(att)
 	c.mu.Lock()
-	tools, gen := c.w.toolList()
-	hello := &pb.WorkerHello{
-		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: tools,
-		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease, SendsHeartbeats: true,
-	}
-	c.mu.Unlock()
-	if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: hello}}); err != nil {
-		return err
-	}
-	att, err := firstReply(ctx, cancel, stream)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
+	c.helloWait = max(every, 500*time.Millisecond)
 	had := c.lease
 	c.lease = att.GetLeaseId()
 	c.stream = stream
@@ -119,30 +121,101 @@ func (c *control) session(ctx context.Context) error {
 		c.mu.Unlock()
 	}()
 	c.signal()
+	var silentAfter time.Duration // 0: the coordinator's silence is not noticed here
+	if att.GetEchoesHeartbeats() {
+		silentAfter = silentBeats * every
+	}
+	heard := &lastHeard{}
+	heard.now()
 	done := make(chan error, 1)
-	go func() { done <- c.sender(ctx, stream, heartbeatEvery(att)) }() // ends with ctx; waited below
-	err = c.receive(stream)
+	go func() { // ends with ctx, or ends it; waited below
+		err := c.sender(ctx, stream, every, silentAfter, heard)
+		cancel() // a sender that gave up ends the Recv too
+		done <- err
+	}()
+	err = c.receive(stream, heard)
 	cancel()
-	<-done
+	if serr := <-done; errors.Is(serr, errCoordinatorSilent) {
+		err = serr
+		c.w.redial(link, err)
+	}
 	return err
 }
 
-// firstReply waits, for at most attachTimeout, for the coordinator's
-// Attached: a replica that went silent after the hello is given up on.
-func firstReply(ctx context.Context, cancel context.CancelFunc, stream pb.CoordinatorService_AttachClient) (*pb.Attached, error) {
-	t := time.AfterFunc(attachTimeout, cancel) // cancelling ctx ends the Recv
-	first, err := stream.Recv()
-	if !t.Stop() {
-		return nil, fmt.Errorf("worker: no answer to the hello within %v", attachTimeout)
+// helloTimeout is how long to wait for the answer to a hello: at first
+// attachTimeout; on a re-attach one heartbeat interval, so a fresh
+// link that loses replies is left while the lease still lives, doubling
+// after each unanswered hello (a busy replica) up to attachTimeout.
+func (c *control) helloTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.helloWait == 0 {
+		return attachTimeout
 	}
+	d := c.helloWait
+	c.helloWait = min(2*c.helloWait, attachTimeout)
+	return d
+}
+
+// lastHeard is when the coordinator last said anything on a stream.
+type lastHeard struct{ nanos atomic.Int64 }
+
+func (h *lastHeard) now() { h.nanos.Store(time.Now().UnixNano()) }
+
+func (h *lastHeard) since() time.Duration { return time.Since(time.Unix(0, h.nanos.Load())) }
+
+// redial replaces the worker's connection to the coordinators, if gen is
+// still the current one, after finding it half-dead. Streams and settles
+// on the old one fail and are retried on the new one; the control stream
+// re-attaches and adopts its lease.
+func (w *Worker) redial(gen uint64, why error) {
+	replaced, err := w.conn.Redial(gen)
+	switch {
+	case replaced:
+		w.log.Warn("the link to the coordinators is half-dead; redialled", "why", why)
+	case err != nil && !errors.Is(err, dial.ErrClosed):
+		w.log.Error("redialling the coordinators", "err", err)
+	}
+}
+
+// hello opens a control stream, says hello and waits for the answer, for
+// at most helloTimeout in all: a fresh connection that loses replies
+// never even completes its handshake. It returns the tool generation the
+// hello carried.
+func (c *control) hello(ctx context.Context, cancel context.CancelFunc) (pb.CoordinatorService_AttachClient, *pb.Attached, uint64, error) {
+	wait := c.helloTimeout()
+	t := time.AfterFunc(wait, cancel) // cancelling ctx ends the stream
+	stream, att, gen, err := c.sayHello(ctx)
+	if !t.Stop() {
+		return nil, nil, 0, fmt.Errorf("%w within %v", errNoHelloAnswer, wait)
+	}
+	return stream, att, gen, err
+}
+
+func (c *control) sayHello(ctx context.Context) (pb.CoordinatorService_AttachClient, *pb.Attached, uint64, error) {
+	stream, err := c.w.coord.Attach(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, err
+	}
+	c.mu.Lock()
+	tools, gen := c.w.toolList()
+	hello := &pb.WorkerHello{
+		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: tools,
+		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease, SendsHeartbeats: true,
+	}
+	c.mu.Unlock()
+	if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: hello}}); err != nil {
+		return nil, nil, 0, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	att := first.GetAttached()
 	if att == nil {
-		return nil, errors.New("worker: the coordinator did not answer the hello with Attached")
+		return nil, nil, 0, errors.New("worker: the coordinator did not answer the hello with Attached")
 	}
-	return att, ctx.Err()
+	return stream, att, gen, ctx.Err()
 }
 
 // heartbeatEvery is how often to tell the coordinator the worker lives.
@@ -153,12 +226,13 @@ func heartbeatEvery(att *pb.Attached) time.Duration {
 	return max(att.GetLeaseTtl().AsDuration()/3, 100*time.Millisecond)
 }
 
-func (c *control) receive(stream pb.CoordinatorService_AttachClient) error {
+func (c *control) receive(stream pb.CoordinatorService_AttachClient, heard *lastHeard) error {
 	for {
 		m, err := stream.Recv()
 		if err != nil {
 			return err
 		}
+		heard.now()
 		if stop := m.GetStop(); stop != nil {
 			c.w.stopCall(stop)
 		}
@@ -167,7 +241,10 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient) error {
 
 // sender is the one goroutine that sends on a stream: what is queued, and
 // a heartbeat every interval, until ctx is done or the worker detached.
-func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_AttachClient, every time.Duration) error {
+// With silentAfter set, it gives up on a stream the coordinator said
+// nothing on for that long (errCoordinatorSilent): it echoes heartbeats,
+// so the link has lost what it sends, stop orders with it.
+func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_AttachClient, every, silentAfter time.Duration, heard *lastHeard) error {
 	hb := time.NewTicker(every)
 	defer hb.Stop()
 	for {
@@ -178,6 +255,9 @@ func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_Attac
 		case <-c.wake:
 		case <-hb.C:
 			beat = true
+		}
+		if beat && silentAfter > 0 && heard.since() > silentAfter {
+			return errCoordinatorSilent // what is queued waits for the next stream
 		}
 		msgs, stops, detach := c.takeOutgoing()
 		for _, m := range msgs {
@@ -198,7 +278,9 @@ func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_Attac
 			<-ctx.Done() // the coordinator closes the stream once it revoked the lease
 			return nil
 		}
-		if beat && len(msgs)+len(stops) == 0 {
+		// Every interval, even when other messages went out: the echo of
+		// each is how the worker knows its link carries replies.
+		if beat {
 			if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
 				return err
 			}

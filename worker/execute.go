@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
@@ -50,6 +49,7 @@ type execution struct {
 	anySent    bool
 	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
 	cancelTime time.Time // when the context was first cancelled
+	stoppedAt  time.Time // when the handler returned; zero while it runs
 }
 
 // Execute implements WorkerService.Execute.
@@ -90,8 +90,10 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		e.markCancelled()
 		close(cancelSeen)
 	})
-	res, herr := runHandler(ctx, reg.handler, call)
+	hctx, span := startHandlerSpan(ctx, req) // trace.go
+	res, herr := runHandler(hctx, reg.handler, call)
 	stoppedAt := time.Now()
+	endHandlerSpan(ctx, span, res, herr, stoppedAt)
 	if !stopWatch() { // the context was cancelled; its callback has started
 		<-cancelSeen
 		w.metrics.stopped(e.cancelledAt(), stoppedAt)
@@ -168,7 +170,14 @@ func (w *Worker) stopCall(o *pb.StopCall) {
 		w.ctrl.reportStopped(o.GetCallId(), time.Now())
 		return
 	}
-	e.stopBy(o, errStopped)
+	if at := e.stopBy(o, errStopped); !at.IsZero() {
+		// The handler has returned and the call is being settled; the
+		// order says someone else decided it. The settle reports the stop
+		// when it gets through, but it may not (it gives up after
+		// settleTimeout), and then nothing would clear the order: say now
+		// that the handler stopped. A second report is harmless.
+		w.ctrl.reportStopped(o.GetCallId(), at)
+	}
 }
 
 // abandonAll cancels every call after the worker lost its lease: the
@@ -181,7 +190,9 @@ func (w *Worker) abandonAll() {
 	}
 }
 
-func (e *execution) stopBy(o *pb.StopCall, cause error) {
+// stopBy stops the call for o and returns when its handler returned, or
+// zero if it still runs.
+func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 	e.markCancelled()
 	e.mu.Lock()
 	if e.state == running {
@@ -190,8 +201,10 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) {
 	if e.order == nil {
 		e.order = o
 	}
+	at := e.stoppedAt
 	e.mu.Unlock()
 	e.cancel(cause)
+	return at
 }
 
 func (e *execution) shutdown() {
@@ -255,188 +268,3 @@ func (e *execution) log(level, logger string, data any) {
 		e.stream.Send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Log{Log: &pb.LogMessage{Level: level, Logger: logger, DataJson: b}}})
 	}
 }
-
-// finish settles the call with the coordinator and sends the one final
-// event the outcome allows.
-func (e *execution) finish(ctx context.Context, res *Result, herr error, stoppedAt time.Time) error {
-	e.mu.Lock()
-	if e.state == running {
-		e.state = settling
-	}
-	order := e.order
-	e.mu.Unlock()
-	cause := context.Cause(ctx)
-	switch {
-	case order != nil && errors.Is(cause, errLeaseLost):
-		// Our own order, not the coordinator's: the call may belong to the
-		// new lease (begun while the worker re-attached), so nobody else
-		// will settle it. Fail it through the coordinator; the CAS says
-		// whether the janitor already did.
-		return e.failAs(pb.Initiator_INITIATOR_WORKER_LOST, errors.New(order.GetReason()), stoppedAt)
-	case order != nil:
-		e.outcome = "cancelled"
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
-	case e.stream.Context().Err() != nil && !e.task:
-		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, "caller gone", stoppedAt)
-	case errors.Is(cause, errShutdown):
-		return e.abandon(pb.Initiator_INITIATOR_SHUTDOWN, "worker shutting down", stoppedAt)
-	case errors.Is(cause, context.DeadlineExceeded):
-		return e.abandon(pb.Initiator_INITIATOR_TIMEOUT, "deadline exceeded", stoppedAt)
-	case herr != nil:
-		return e.fail(herr, stoppedAt)
-	default:
-		return e.complete(res, stoppedAt)
-	}
-}
-
-func (e *execution) complete(res *Result, stoppedAt time.Time) error {
-	body, err := json.Marshal(res)
-	if err != nil {
-		return e.fail(fmt.Errorf("result does not encode: %w", err), stoppedAt)
-	}
-	var r *pb.CompleteResponse
-	err = e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.IsError, TaskResultJson: e.taskResult(body)})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	// Only this worker completes its call: a completion found already
-	// made is this one, retried after its reply was lost.
-	if res := r.GetResult(); res != pb.SettleResult_SETTLE_RESULT_WON && res != pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED {
-		e.outcome = "lost"
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(settledState(res), r.GetWinnerInitiator(), r.GetWinnerReason())
-	}
-	e.outcome = "completed"
-	if res.IsError {
-		e.outcome = "tool_error"
-	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: body}}})
-}
-
-func (e *execution) fail(herr error, stoppedAt time.Time) error {
-	if errors.Is(herr, ErrUnavailable) {
-		return e.failAs(pb.Initiator_INITIATOR_WORKER_LOST, herr, stoppedAt)
-	}
-	return e.failAs(pb.Initiator_INITIATOR_TOOL, herr, stoppedAt)
-}
-
-// failAs settles the call FAILED for who, unless it was settled already.
-func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) error {
-	var r *pb.FailResponse
-	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt)})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
-		e.outcome = "lost"
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(settledState(r.GetResult()), r.GetWinnerInitiator(), r.GetWinnerReason())
-	}
-	e.outcome = "failed"
-	return e.sendEnd(pb.CallState_CALL_STATE_FAILED, who, herr.Error())
-}
-
-// abandon cancels a call the worker stopped on its own account: its caller
-// went away, its deadline passed or the worker is shutting down.
-func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time) error {
-	e.outcome = "cancelled"
-	var r *pb.CancelResponse
-	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Cancel(ctx, &pb.CancelRequest{
-			Target: &pb.CancelRequest_Call{Call: e.ref}, Initiator: who, Reason: reason, StoppedAt: timestamppb.New(stoppedAt),
-		})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	state := pb.CallState_CALL_STATE_CANCELLED
-	switch r.GetResult() {
-	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
-	case pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED:
-		state, who, reason = pb.CallState_CALL_STATE_FAILED, r.GetWinnerInitiator(), r.GetWinnerReason()
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-	case pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED:
-		if r.GetWinnerInitiator() != pb.Initiator_INITIATOR_UNSPECIFIED {
-			who, reason = r.GetWinnerInitiator(), r.GetWinnerReason()
-		}
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-	default:
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-	}
-	return e.sendEnd(state, who, reason)
-}
-
-func settledState(r pb.SettleResult) pb.CallState {
-	switch r {
-	case pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED:
-		return pb.CallState_CALL_STATE_FAILED
-	case pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
-		return pb.CallState_CALL_STATE_COMPLETED
-	default:
-		return pb.CallState_CALL_STATE_CANCELLED
-	}
-}
-
-// sendEnd ends the stream without a result.
-func (e *execution) sendEnd(state pb.CallState, who pb.Initiator, reason string) error {
-	if state == pb.CallState_CALL_STATE_FAILED {
-		return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Failed{Failed: &pb.Failed{Reason: reason, Initiator: who}}})
-	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Cancelled{Cancelled: &pb.Cancelled{Reason: reason, Initiator: who}}})
-}
-
-func (e *execution) send(m *pb.ExecuteResponse) error {
-	if e.stream.Context().Err() != nil {
-		return nil // the caller is gone; nobody to tell
-	}
-	e.sendMu.Lock()
-	defer e.sendMu.Unlock()
-	return e.stream.Send(m)
-}
-
-// settle calls the coordinator, retrying while it is unreachable. It keeps
-// going after the caller is gone: the decision must still be recorded.
-func (w *Worker) settle(ctx context.Context, rpc func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	wait := 20 * time.Millisecond
-	for {
-		// Each attempt has its own deadline: a reply lost on the way back
-		// must not hold the call until settleTimeout, when a retry would be
-		// recognised as the decision that already won.
-		actx, acancel := context.WithTimeout(ctx, settleAttemptTimeout)
-		err := rpc(actx)
-		acancel()
-		if err == nil {
-			return nil
-		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
-			w.log.Error("settling call", "err", err)
-			return status.Errorf(codes.Internal, "could not settle the call: %v", status.Convert(err).Message())
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return status.Error(codes.Unavailable, "coordinator unreachable; the call's outcome is undecided")
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// settleTimeout bounds how long a worker keeps trying to reach a
-// coordinator to settle one call.
-const settleTimeout = 30 * time.Second
-
-// settleAttemptTimeout bounds one attempt: a commit takes milliseconds,
-// so an attempt past this has lost its reply or its replica.
-const settleAttemptTimeout = 2 * time.Second

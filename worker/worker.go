@@ -8,8 +8,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +26,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // detachTimeout bounds the wait for the coordinator to revoke the lease.
@@ -115,6 +114,7 @@ type Worker struct {
 
 	ctrl    *control
 	metrics *metrics
+	conn    *dial.Conn // redialled when found half-dead (see redial)
 	coord   pb.CoordinatorServiceClient
 	closed  chan struct{}
 	stop    context.CancelFunc
@@ -132,7 +132,7 @@ var _ pb.WorkerServiceServer = (*Worker)(nil)
 func New(opts Options) *Worker {
 	if opts.Name == "" {
 		host, _ := os.Hostname()
-		opts.Name = sanitizeName(host) + "-" + randomHex(4)
+		opts.Name = sanitizeName(host) + "-" + randid.New(4)
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 30 * time.Second
@@ -231,11 +231,12 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	if w.opts.Advertise == "" {
 		w.opts.Advertise = lis.Addr().String()
 	}
-	conn, err := dial.New(w.opts.Coordinator, w.opts.DialOptions...)
+	conn, err := dial.Open(w.opts.Coordinator, w.opts.DialOptions...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	w.conn = conn
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
 	srv := grpcserver.New(w.log, w.metrics.reg, grpcserver.Keepalive{}, w.opts.ServerOptions...)
@@ -331,12 +332,6 @@ func (w *Worker) Close() error {
 	stop()
 	<-w.runDone
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func sanitizeName(s string) string {

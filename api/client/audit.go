@@ -32,6 +32,7 @@ type AuditRecord struct {
 	SettledAt   time.Time       `json:"settled_at"`
 	StoppedAt   *time.Time      `json:"stopped_at"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	TraceID     string          `json:"trace_id,omitempty"`
 	// The MCP task the call runs, if it runs one.
 	TaskID string `json:"task_id,omitempty"`
 }
@@ -68,7 +69,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: id, Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: InitiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: timestamp(a.RequestedAt), SettledAt: timestamp(a.SettledAt),
-		RetryOf: a.RetryOf, TaskId: a.TaskID,
+		RetryOf: a.RetryOf, TraceId: a.TraceID, TaskId: a.TaskID,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
@@ -83,7 +84,7 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(), TaskID: p.GetTaskId(),
+		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), TaskID: p.GetTaskId(),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

@@ -67,6 +67,11 @@ func run(ctx context.Context, s cmdline.Streams, args []string) int {
 		usage(s.Stderr)
 		return cmdline.ExitUsage
 	}
+	stopTelemetry, err := startTelemetry(ctx, s, name)
+	if err != nil {
+		return cmdline.ExitStatus(s.Stderr, name, err)
+	}
+	defer stopTelemetry()
 	return cmdline.ExitStatus(s.Stderr, name, c.run(ctx, s, args[1:]))
 }
 

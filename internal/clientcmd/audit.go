@@ -134,14 +134,14 @@ func isCallIDPrefix(s string) bool {
 	return len(s) <= callIDLen && strings.Trim(strings.ToLower(s), "0123456789abcdef") == ""
 }
 
-// request is the ListAudit request for the filters the coordinator
-// applies itself; matches applies the rest.
+// request is the ListAudit request for the filters: the coordinator
+// applies them all. matches applies them again, as a coordinator older
+// than some of them ignores those.
 func (o *auditFlags) request(now time.Time) *pb.ListAuditRequest {
-	req := &pb.ListAuditRequest{Since: o.sinceTime(now), Tool: o.tool, Outcome: o.outcome}
-	if len(o.call) == callIDLen {
-		req.CallId = strings.ToLower(o.call)
+	return &pb.ListAuditRequest{
+		Since: o.sinceTime(now), Tool: o.tool, Outcome: o.outcome, Principal: o.principal,
+		Initiator: client.InitiatorFromName(o.initiator), Method: o.method, CallIdPrefix: strings.ToLower(o.call),
 	}
-	return req
 }
 
 // sinceTime is the --since cutoff, or nil for none.

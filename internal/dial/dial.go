@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // ErrNoTarget means the target was empty.
@@ -57,6 +59,7 @@ func New(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(roundRobin),
 		Keepalive{}.Option(),
+		telemetry.DialOption(), // a span per RPC, when the process traces
 	}, opts...)
 	if !strings.Contains(target, ",") {
 		return grpc.NewClient(target, opts...)

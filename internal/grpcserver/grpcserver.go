@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
 
 // MaxMessageBytes bounds every message a server receives or sends.
@@ -61,10 +63,12 @@ func (k Keepalive) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// New builds a gRPC server with Options and the keepalive of ka; extra
-// options (transport security, authorization) come last.
+// New builds a gRPC server with Options, the keepalive of ka, and a span
+// per RPC when the process traces (internal/telemetry); extra options
+// (transport security, authorization) come last.
 func New(log *slog.Logger, reg prometheus.Registerer, ka Keepalive, extra ...grpc.ServerOption) *grpc.Server {
 	opts := append(Options(log, reg), ka.ServerOptions()...)
+	opts = append(opts, telemetry.ServerOption())
 	return grpc.NewServer(append(opts, extra...)...)
 }
 

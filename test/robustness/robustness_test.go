@@ -76,16 +76,6 @@ func TestCluster(t *testing.T) {
 	if *seedFlag != 0 {
 		seed = *seedFlag
 	}
-	// An open bug (issue 14) keeps lost_complete_reply out of the short
-	// run; TestFaults and the soak still inject it. The fault leaves the
-	// worker's link to the coordinators silent for replies, and every
-	// settle retry rides the same dead transport until keepalive ends it
-	// (10 s + 5 s), past the TTL + 10 s bound and past the harness's 10 s
-	// retention (seed 1796124566952747474: 18 clients told "worker lost"
-	// for calls that completed). The worker should redial after a settle
-	// attempt times out.
-	defer func(all []string) { faultKinds = all }(faultKinds)
-	faultKinds = slices.DeleteFunc(slices.Clone(faultKinds), func(k string) bool { return k == FLostCompleteReply })
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: fixedSeed, Duration: 90 * time.Second, MaxTime: 170 * time.Second,
 		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 2 * time.Second,

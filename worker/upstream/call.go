@@ -59,6 +59,7 @@ func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.
 	if r.token != "" {
 		p.SetProgressToken(r.token)
 	}
+	withTrace(ctx, p) // trace.go
 	res, err := s.CallTool(ctx, p)
 	switch {
 	case err == nil:

@@ -28,6 +28,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
@@ -151,7 +152,7 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	a.started = true
 	a.mu.Unlock()
-	wait := a.opts.MinBackoff
+	retry := backoff.Backoff{Min: a.opts.MinBackoff, Max: a.opts.MaxBackoff}
 	for {
 		start := time.Now()
 		err := a.connectOnce(ctx)
@@ -159,13 +160,13 @@ func (a *Adapter) Run(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(start) > 10*a.opts.MaxBackoff {
-			wait = a.opts.MinBackoff
+			retry.Reset()
 		}
+		wait := retry.Next()
 		a.log.Warn("upstream MCP server disconnected; reconnecting", "err", err, "in", wait)
-		if !sleepCtx(ctx, wait) {
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
-		wait = min(2*wait, a.opts.MaxBackoff)
 	}
 }
 
@@ -240,17 +241,5 @@ func (a *Adapter) session(ctx context.Context) (*mcp.ClientSession, error) {
 		case <-t.C:
 			return nil, fmt.Errorf("%w: not connected after %v", ErrUnavailable, a.opts.ConnectWait)
 		}
-	}
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

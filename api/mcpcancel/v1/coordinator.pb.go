@@ -1310,6 +1310,7 @@ type AttachResponse struct {
 	//
 	//	*AttachResponse_Attached
 	//	*AttachResponse_Stop
+	//	*AttachResponse_Heartbeat
 	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1370,6 +1371,15 @@ func (x *AttachResponse) GetStop() *StopCall {
 	return nil
 }
 
+func (x *AttachResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isAttachResponse_Msg interface {
 	isAttachResponse_Msg()
 }
@@ -1382,9 +1392,18 @@ type AttachResponse_Stop struct {
 	Stop *StopCall `protobuf:"bytes,2,opt,name=stop,proto3,oneof"`
 }
 
+type AttachResponse_Heartbeat struct {
+	// The answer to each of the worker's heartbeats. A worker that stops
+	// hearing them while it sends knows its link is half-dead (replies
+	// lost, stop orders with them) and reconnects on a fresh one.
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*AttachResponse_Attached) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Stop) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Heartbeat) isAttachResponse_Msg() {}
 
 type Attached struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1398,8 +1417,10 @@ type Attached struct {
 	// How often the worker must send something (a Heartbeat when it has
 	// nothing else) for its lease to be kept alive.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The coordinator answers every Heartbeat with one of its own.
+	EchoesHeartbeats bool `protobuf:"varint,6,opt,name=echoes_heartbeats,json=echoesHeartbeats,proto3" json:"echoes_heartbeats,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Attached) Reset() {
@@ -1465,6 +1486,13 @@ func (x *Attached) GetHeartbeatInterval() *durationpb.Duration {
 		return x.HeartbeatInterval
 	}
 	return nil
+}
+
+func (x *Attached) GetEchoesHeartbeats() bool {
+	if x != nil {
+		return x.EchoesHeartbeats
+	}
+	return false
 }
 
 // StopCall orders the worker to stop a call that was settled without it.
@@ -1915,8 +1943,18 @@ type ListAuditRequest struct {
 	Tool    string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	Outcome string                 `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// At most this many records (default 100, maximum 1000).
-	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only records of calls by this principal.
+	Principal string `protobuf:"bytes,40,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Only records decided by this initiator (cancel_lost: who asked).
+	Initiator Initiator `protobuf:"varint,41,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	// Only records of calls of this MCP method, e.g. "tools/call".
+	Method string `protobuf:"bytes,42,opt,name=method,proto3" json:"method,omitempty"`
+	// Only records of calls whose id starts with this (lower-case hex).
+	CallIdPrefix string `protobuf:"bytes,43,opt,name=call_id_prefix,json=callIdPrefix,proto3" json:"call_id_prefix,omitempty"`
+	// Only records settled before this time.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=until,proto3" json:"until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1991,6 +2029,41 @@ func (x *ListAuditRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListAuditRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *ListAuditRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetCallIdPrefix() string {
+	if x != nil {
+		return x.CallIdPrefix
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
 }
 
 type ListAuditResponse struct {
@@ -2780,17 +2853,19 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06Detach\"\v\n" +
 	"\tHeartbeat\"8\n" +
 	"\fToolsChanged\x12(\n" +
-	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"{\n" +
+	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\"\xb4\x01\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
-	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stopB\x05\n" +
-	"\x03msg\"\xe3\x01\n" +
+	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\x03msg\"\x90\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
-	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xa1\x01\n" +
+	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12+\n" +
+	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
@@ -2815,7 +2890,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03keyB\b\n" +
 	"\x06target\"9\n" +
 	"\x0fGetCallResponse\x12&\n" +
-	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\xc7\x01\n" +
+	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\x8c\x03\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
@@ -2823,7 +2898,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tprincipal\x18( \x01(\tR\tprincipal\x125\n" +
+	"\tinitiator\x18) \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
+	"\x06method\x18* \x01(\tR\x06method\x12$\n" +
+	"\x0ecall_id_prefix\x18+ \x01(\tR\fcallIdPrefix\x120\n" +
+	"\x05until\x18, \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"p\n" +
 	"\x11ListAuditResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.mcpcancel.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
@@ -3015,70 +3095,73 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	47, // 27: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
 	19, // 28: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
 	20, // 29: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	44, // 30: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 31: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	48, // 32: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	46, // 33: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	23, // 34: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	47, // 35: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	47, // 36: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	43, // 37: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	49, // 38: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	45, // 39: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 40: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	45, // 41: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	50, // 42: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	47, // 43: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	46, // 44: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 45: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	36, // 46: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	44, // 47: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 48: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 49: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 50: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 51: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 52: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 53: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	21, // 54: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	24, // 55: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	26, // 56: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	28, // 57: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	30, // 58: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	32, // 59: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	34, // 60: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	37, // 61: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	39, // 62: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	41, // 63: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	51, // 64: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	52, // 65: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	53, // 66: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	54, // 67: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	55, // 68: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	3,  // 69: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 70: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 71: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 72: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 73: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 74: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 75: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 76: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 77: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 78: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 79: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 80: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 81: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 82: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 83: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	56, // 84: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	57, // 85: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	58, // 86: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	59, // 87: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	60, // 88: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	69, // [69:89] is the sub-list for method output_type
-	49, // [49:69] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	16, // 30: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	44, // 31: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 32: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	48, // 33: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	46, // 34: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	23, // 35: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	47, // 36: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	47, // 37: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	43, // 38: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	49, // 39: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	45, // 40: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	46, // 41: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 42: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	50, // 43: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	45, // 44: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 45: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	47, // 46: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	46, // 47: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	45, // 48: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	36, // 49: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	44, // 50: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 51: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 52: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 53: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 54: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 55: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 56: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	21, // 57: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	24, // 58: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	26, // 59: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	28, // 60: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	30, // 61: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	32, // 62: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	34, // 63: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	37, // 64: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	39, // 65: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	41, // 66: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	51, // 67: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	52, // 68: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	53, // 69: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	54, // 70: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	55, // 71: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	3,  // 72: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 73: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 74: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 75: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 76: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	22, // 77: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	25, // 78: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	27, // 79: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	29, // 80: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	31, // 81: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	33, // 82: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	35, // 83: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	38, // 84: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	40, // 85: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	42, // 86: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	56, // 87: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	57, // 88: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	58, // 89: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	59, // 90: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	60, // 91: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	72, // [72:92] is the sub-list for method output_type
+	52, // [52:72] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3103,6 +3186,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
+		(*AttachResponse_Heartbeat)(nil),
 	}
 	file_mcpcancel_v1_coordinator_proto_msgTypes[24].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),

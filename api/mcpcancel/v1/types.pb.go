@@ -415,7 +415,10 @@ type Call struct {
 	// The call this one retries: it failed when its worker was lost.
 	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	// The MCP task this call runs, if any (the call id).
-	TaskId        string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TaskId string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The W3C trace id (32 hex digits) of the trace the call ran in, when
+	// its gateway passed trace context; empty otherwise.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -555,6 +558,13 @@ func (x *Call) GetTaskId() string {
 	return ""
 }
 
+func (x *Call) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 // AuditRecord is one audited decision. Its JSON form (snake_case field
 // names, request_id as the client sent it) is the export format.
 type AuditRecord struct {
@@ -578,7 +588,9 @@ type AuditRecord struct {
 	// The call this one retries, if it is a retry.
 	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	// The MCP task of the call, if it runs one.
-	TaskId        string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TaskId string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
+	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -718,6 +730,13 @@ func (x *AuditRecord) GetTaskId() string {
 	return ""
 }
 
+func (x *AuditRecord) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -741,7 +760,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
 	"idempotent\x12!\n" +
-	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\"\xa6\x04\n" +
+	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\"\xc1\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -759,7 +778,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x17\n" +
-	"\atask_id\x18\x1e \x01(\tR\x06taskId\"\xaa\x04\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\xc5\x04\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -779,7 +799,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x17\n" +
-	"\atask_id\x18\x1e \x01(\tR\x06taskId*\x8a\x01\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +
