@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
@@ -175,6 +177,8 @@ func TestTaskNotifications(t *testing.T) {
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
 	go1 := make(chan struct{})
+	release := sync.OnceFunc(func() { close(go1) })
+	t.Cleanup(release) // the handler never outlives a failed test
 	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "nw"}, func(w *worker.Worker) {
 		w.Handle(worker.Tool{Name: "steps", TaskSupport: worker.TaskOptional}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 			c.Progress(1, 2, "half")
@@ -187,7 +191,9 @@ func TestTaskNotifications(t *testing.T) {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) == 1
 	})
-	_, url := testcluster.StartGateway(t, c, gateway.Options{})
+	// The gateway pings clients on their GET streams: the first ping says
+	// the stream is registered, so the task's notifications have a listener.
+	_, url := testcluster.StartGateway(t, c, gateway.Options{PingInterval: 50 * time.Millisecond})
 	s := openSession(t, url)
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	req.Header.Set("Accept", "text/event-stream")
@@ -196,7 +202,7 @@ func TestTaskNotifications(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET stream: %v %v", resp, err)
 	}
-	heard := make(chan map[string]any, 16)
+	heard := make(chan map[string]any, 4096)
 	done := make(chan struct{})
 	defer func() { resp.Body.Close(); <-done }()
 	go func() { // owned: ends when the test closes the body, and is waited for
@@ -219,25 +225,35 @@ func TestTaskNotifications(t *testing.T) {
 			}
 		}
 	}()
+	next := func(method string) map[string]any {
+		t.Helper()
+		bound := time.NewTimer(15 * time.Second) // a bound, not a synchronisation
+		defer bound.Stop()
+		for {
+			select {
+			case m, ok := <-heard:
+				if !ok {
+					t.Fatalf("the stream ended before %s", method)
+				}
+				if m["method"] == method {
+					p, _ := m["params"].(map[string]any)
+					return p
+				}
+			case <-bound.C:
+				t.Fatalf("no %s within 15s", method)
+			}
+		}
+	}
+	next("ping")
 	created := resultOf(t, rpc(t, url, s, 1, "tools/call", map[string]any{
 		"name": "steps", "arguments": map[string]any{}, "task": map[string]any{}, "_meta": map[string]any{"progressToken": "tok"},
 	}))
 	id := created["task"].(map[string]any)["taskId"].(string)
-	next := func(method string) map[string]any {
-		t.Helper()
-		for m := range heard {
-			if m["method"] == method {
-				return m["params"].(map[string]any)
-			}
-		}
-		t.Fatalf("the stream ended before %s", method)
-		return nil
-	}
 	p := next("notifications/progress")
 	if rel, _ := p["_meta"].(map[string]any)["io.modelcontextprotocol/related-task"].(map[string]any); p["progressToken"] != "tok" || rel["taskId"] != id {
 		t.Fatalf("progress: %v", p)
 	}
-	close(go1)
+	release()
 	if st := next("notifications/tasks/status"); st["taskId"] != id || st["status"] != "completed" {
 		t.Fatalf("status: %v", st)
 	}
