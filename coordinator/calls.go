@@ -128,10 +128,14 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		t := s.now()
 		stopped = &t
 	}
-	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError(),
-		children: childRequests(req.GetChildRequests())})
+	d := s.withTaskResult(rec, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError(),
+		children: childRequests(req.GetChildRequests())}, req.GetTaskResultJson())
+	v, err := s.settle(ctx, rec, kv, d)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if d.state == stateFailed && v.result == won { // a task's result over the bound failed it
+		return &pb.CompleteResponse{Result: pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED, WinnerInitiator: pb.Initiator_INITIATOR_TOOL, WinnerReason: d.reason}, nil
 	}
 	who, why := v.winner()
 	return &pb.CompleteResponse{Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil

@@ -41,6 +41,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Tasks bounds MCP tasks (see TaskOptions).
+	Tasks TaskOptions
 }
 
 // Server is one coordinator replica. It implements the gRPC
@@ -125,6 +127,7 @@ func setDefaults(o *Options) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.Tasks.setDefaults(o.MaxTimeout)
 }
 
 // Run serves until ctx is done: it keeps this replica's view of workers and

@@ -36,6 +36,7 @@ type toolDef struct {
 	OutputSchema []byte `json:"output_schema,omitempty"`
 	Annotations  []byte `json:"annotations,omitempty"`
 	Idempotent   bool   `json:"idempotent,omitempty"`
+	TaskSupport  string `json:"task_support,omitempty"`
 }
 
 func toolDefs(tools []*pb.Tool) []*toolDef {
@@ -44,7 +45,7 @@ func toolDefs(tools []*pb.Tool) []*toolDef {
 		out = append(out, &toolDef{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(),
 			InputSchema: t.GetInputSchemaJson(), OutputSchema: t.GetOutputSchemaJson(),
-			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(),
+			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(), TaskSupport: t.GetTaskSupport(),
 		})
 	}
 	return out
@@ -54,7 +55,7 @@ func (t *toolDef) proto() *pb.Tool {
 	return &pb.Tool{
 		Name: t.Name, Title: t.Title, Description: t.Description,
 		InputSchemaJson: t.InputSchema, OutputSchemaJson: t.OutputSchema, AnnotationsJson: t.Annotations,
-		Idempotent: t.Idempotent,
+		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport,
 	}
 }
 

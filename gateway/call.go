@@ -60,6 +60,9 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, perr))
 		return
 	}
+	if p.method == "tools/call" && s.maybeTask(ctx, m, p, reply) {
+		return // a task: answered with CreateTaskResult, or refused (tasks.go)
+	}
 	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, modern: s.isModern(),
 		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token,
 		span: requestSpan(ctx)}

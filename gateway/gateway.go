@@ -104,6 +104,8 @@ type Gateway struct {
 	workers  map[string]*grpc.ClientConn
 	closed   bool
 	toolsCh  chan struct{} // closed when the tool list first arrives
+
+	taskRuns sync.WaitGroup // the streams of tasks begun here (tasks.go)
 }
 
 // outboxLimit is how many bytes may wait for one client stream.
@@ -345,6 +347,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.waitNoCalls(context.Background())
 	}
 	g.stop()
+	g.taskRuns.Wait() // their streams end with g.base; their tasks go on
 	g.mu.Lock()
 	for addr, c := range g.workers {
 		c.Close()

@@ -39,6 +39,7 @@ type execution struct {
 	cancel        context.CancelCauseFunc
 	wantsProgress bool
 	toward        towardState // requests toward the client (toward.go)
+	task          bool        // runs an MCP task: outlives its stream (tasks.go)
 
 	sendMu sync.Mutex // held across stream.Send, taken before mu
 
@@ -58,7 +59,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(stream.Context())
+	ctx, cancel := context.WithCancelCause(callParent(req, stream))
 	defer cancel(nil)
 	if d := req.GetDeadline(); d != nil {
 		var cancelDeadline context.CancelFunc
@@ -71,6 +72,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		stream:        stream,
 		cancel:        cancel,
 		wantsProgress: req.GetProgress(),
+		task:          req.GetTask(),
 	}
 	e.toward.init(ctx, req)
 	if err := w.track(e); err != nil {

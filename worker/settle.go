@@ -40,7 +40,7 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 		e.outcome = "cancelled"
 		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
 		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
-	case e.stream.Context().Err() != nil:
+	case e.stream.Context().Err() != nil && !e.task:
 		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, "caller gone", stoppedAt)
 	case errors.Is(cause, errShutdown):
 		return e.abandon(pb.Initiator_INITIATOR_SHUTDOWN, "worker shutting down", stoppedAt)
@@ -57,7 +57,7 @@ func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
 	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError,
-			ChildRequests: e.toward.children()})
+			ChildRequests: e.toward.children(), TaskResultJson: e.taskResult(res.body)})
 		return err
 	})
 	if err != nil {

@@ -65,6 +65,11 @@ type Tool struct {
 	// before anything of it reached the client may then be retried once,
 	// on another worker.
 	Idempotent bool
+	// TaskSupport is MCP's execution.taskSupport: "" or TaskForbidden
+	// (the tool never runs as a task), TaskOptional or TaskRequired. A
+	// call that runs as a task keeps running when its gateway's stream
+	// ends; see tasks.go.
+	TaskSupport string
 }
 
 // ErrUnavailable, in a handler's error chain, says the worker lost what
@@ -209,7 +214,7 @@ func (w *Worker) toolListLocked() []*pb.Tool {
 		out = append(out, &pb.Tool{
 			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
 			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
-			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent,
+			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent, TaskSupport: r.tool.TaskSupport,
 		})
 	}
 	return out

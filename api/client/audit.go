@@ -36,6 +36,8 @@ type AuditRecord struct {
 	TraceID     string          `json:"trace_id,omitempty"`
 	// ChildRequests are the requests the call sent toward its client.
 	ChildRequests []ChildRequest `json:"child_requests,omitempty"`
+	// The MCP task the call runs, if it runs one.
+	TaskID string `json:"task_id,omitempty"`
 }
 
 // ChildRequest is a request a call sent toward its client and how it
@@ -87,7 +89,7 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: id, Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: InitiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: timestamp(a.RequestedAt), SettledAt: timestamp(a.SettledAt),
-		RetryOf: a.RetryOf, TraceId: a.TraceID, Method: a.Method,
+		RetryOf: a.RetryOf, TraceId: a.TraceID, Method: a.Method, TaskId: a.TaskID,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
@@ -105,7 +107,7 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), Method: p.GetMethod(),
+		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), Method: p.GetMethod(), TaskID: p.GetTaskId(),
 		ChildRequests: ChildRequestsFromProto(p.GetChildRequests()),
 	}
 	if p.GetStoppedAt() != nil {

@@ -47,6 +47,7 @@ func RegisterFixtures(w *worker.Worker) {
 	registerDiagnostics(w)
 	registerToward(w)
 	registerFixtureOffers(w)
+	registerTaskFixtures(w)
 }
 
 func fixed(r *worker.Result) worker.Handler {

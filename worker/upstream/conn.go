@@ -35,7 +35,7 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 	ctx, cancel := context.WithTimeout(ctx, a.opts.ConnectWait)
 	defer cancel()
 	if a.opts.URL != "" {
-		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}
+		t := taskTransport{&mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}, &a.taskSupport}
 		sess, err := client.Connect(ctx, t, nil)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", a.opts.URL, err)
@@ -44,7 +44,7 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 		return &conn{sess: sess}, nil
 	}
 	cmd := a.command()
-	t := inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}
+	t := taskTransport{inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}
 	sess, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if cmd.Process != nil && cmd.ProcessState == nil {

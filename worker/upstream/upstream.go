@@ -91,10 +91,11 @@ type Adapter struct {
 	log  *slog.Logger
 	sem  chan struct{} // nil when unbounded
 
-	tokens progressRoutes
-	pool   *pool
-	subs   sharedSubs
-	calls  inflight // for requests toward the client (toward.go)
+	tokens      progressRoutes
+	pool        *pool
+	subs        sharedSubs
+	calls       inflight     // for requests toward the client (toward.go)
+	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting

@@ -619,8 +619,12 @@ type CompleteRequest struct {
 	ToolError bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
 	// The requests the call sent toward its client, for its audit record.
 	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a task's call: the result (an MCP CallToolResult, as JSON), which
+	// the coordinator stores with the decision so that any gateway serves
+	// it. A result over the size bound fails the task instead.
+	TaskResultJson []byte `protobuf:"bytes,30,opt,name=task_result_json,json=taskResultJson,proto3" json:"task_result_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -677,6 +681,13 @@ func (x *CompleteRequest) GetToolError() bool {
 func (x *CompleteRequest) GetChildRequests() []*ChildRequest {
 	if x != nil {
 		return x.ChildRequests
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetTaskResultJson() []byte {
+	if x != nil {
+		return x.TaskResultJson
 	}
 	return nil
 }
@@ -3258,7 +3269,7 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -3296,14 +3307,15 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
 	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\xd9\x01\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x83\x02\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x1d\n" +
 	"\n" +
 	"tool_error\x18\x03 \x01(\bR\ttoolError\x12A\n" +
-	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"\xaf\x01\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\x12(\n" +
+	"\x10task_result_json\x18\x1e \x01(\fR\x0etaskResultJson\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
@@ -3485,7 +3497,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x82\v\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x85\x0e\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
@@ -3506,7 +3518,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"GetSession\x12\x1f.mcpcancel.v1.GetSessionRequest\x1a .mcpcancel.v1.GetSessionResponse\x12U\n" +
 	"\fCloseSession\x12!.mcpcancel.v1.CloseSessionRequest\x1a\".mcpcancel.v1.CloseSessionResponse\x12~\n" +
 	"\x19WatchSessionNotifications\x12..mcpcancel.v1.WatchSessionNotificationsRequest\x1a/.mcpcancel.v1.WatchSessionNotificationsResponse0\x01\x12d\n" +
-	"\x11SubscribeResource\x12&.mcpcancel.v1.SubscribeResourceRequest\x1a'.mcpcancel.v1.SubscribeResourceResponseB\xb2\x01\n" +
+	"\x11SubscribeResource\x12&.mcpcancel.v1.SubscribeResourceRequest\x1a'.mcpcancel.v1.SubscribeResourceResponse\x12O\n" +
+	"\n" +
+	"CreateTask\x12\x1f.mcpcancel.v1.CreateTaskRequest\x1a .mcpcancel.v1.CreateTaskResponse\x12F\n" +
+	"\aGetTask\x12\x1c.mcpcancel.v1.GetTaskRequest\x1a\x1d.mcpcancel.v1.GetTaskResponse\x12I\n" +
+	"\bWaitTask\x12\x1d.mcpcancel.v1.WaitTaskRequest\x1a\x1e.mcpcancel.v1.WaitTaskResponse\x12L\n" +
+	"\tListTasks\x12\x1e.mcpcancel.v1.ListTasksRequest\x1a\x1f.mcpcancel.v1.ListTasksResponse\x12O\n" +
+	"\n" +
+	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponseB\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -3584,6 +3603,16 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CallState)(0),                            // 57: mcpcancel.v1.CallState
 	(*Call)(nil),                              // 58: mcpcancel.v1.Call
 	(*AuditRecord)(nil),                       // 59: mcpcancel.v1.AuditRecord
+	(*CreateTaskRequest)(nil),                 // 60: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 61: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 62: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 63: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 64: mcpcancel.v1.CancelTaskRequest
+	(*CreateTaskResponse)(nil),                // 65: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 66: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 67: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 68: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 69: mcpcancel.v1.CancelTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	49, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -3670,25 +3699,35 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	43, // 81: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
 	45, // 82: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
 	47, // 83: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	3,  // 84: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 85: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 86: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 87: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 88: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 89: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 90: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 91: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 92: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 93: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 94: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 95: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 96: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 97: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 98: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 99: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 100: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	84, // [84:101] is the sub-list for method output_type
-	67, // [67:84] is the sub-list for method input_type
+	60, // 84: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	61, // 85: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	62, // 86: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	63, // 87: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	64, // 88: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	3,  // 89: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 90: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 91: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 92: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 93: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 94: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 95: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 96: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 97: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 98: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 99: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 100: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 101: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 102: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 103: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 104: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 105: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	65, // 106: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	66, // 107: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	67, // 108: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	68, // 109: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	69, // 110: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	89, // [89:111] is the sub-list for method output_type
+	67, // [67:89] is the sub-list for method input_type
 	67, // [67:67] is the sub-list for extension type_name
 	67, // [67:67] is the sub-list for extension extendee
 	0,  // [0:67] is the sub-list for field type_name
@@ -3699,6 +3738,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	if File_mcpcancel_v1_coordinator_proto != nil {
 		return
 	}
+	file_mcpcancel_v1_tasks_proto_init()
 	file_mcpcancel_v1_types_proto_init()
 	file_mcpcancel_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{
 		(*CancelRequest_Key)(nil),

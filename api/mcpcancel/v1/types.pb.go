@@ -354,7 +354,10 @@ type Tool struct {
 	// before anything of it reached the client may then be placed once more,
 	// on another worker. Unlike annotations, which come from the tool's
 	// author and are hints, this is the operator's word.
-	Idempotent    bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// Whether the tool runs as an MCP task (execution.taskSupport):
+	// "forbidden" (or empty), "optional" or "required".
+	TaskSupport   string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +441,13 @@ func (x *Tool) GetIdempotent() bool {
 	return false
 }
 
+func (x *Tool) GetTaskSupport() string {
+	if x != nil {
+		return x.TaskSupport
+	}
+	return ""
+}
+
 // Call is a call record as the coordinator stores it.
 type Call struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -461,6 +471,8 @@ type Call struct {
 	// then names its target. Empty in records written before methods were
 	// recorded, which are all tools/call.
 	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The MCP task this call runs, if any (the call id).
+	TaskId string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The W3C trace id (32 hex digits) of the trace the call ran in, when
 	// its gateway passed trace context; empty otherwise.
 	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
@@ -603,6 +615,13 @@ func (x *Call) GetMethod() string {
 	return ""
 }
 
+func (x *Call) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 func (x *Call) GetTraceId() string {
 	if x != nil {
 		return x.TraceId
@@ -634,6 +653,8 @@ type AuditRecord struct {
 	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	// The MCP method; tool names its target (see Call.method).
 	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The MCP task of the call, if it runs one.
+	TaskId string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
 	TraceId string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// The requests the call sent toward its client, and how each ended.
@@ -773,6 +794,13 @@ func (x *AuditRecord) GetRetryOf() string {
 func (x *AuditRecord) GetMethod() string {
 	if x != nil {
 		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
 	}
 	return ""
 }
@@ -1012,7 +1040,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xf7\x01\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\x9a\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -1022,7 +1050,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\xc0\x04\n" +
+	"idempotent\x12!\n" +
+	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\"\xd9\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -1040,8 +1069,9 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
-	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
-	"\btrace_id\x18( \x01(\tR\atraceId\"\x87\x05\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x17\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\xa0\x05\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -1061,7 +1091,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
-	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x17\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\x12\x19\n" +
 	"\btrace_id\x18( \x01(\tR\atraceId\x12A\n" +
 	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"R\n" +
 	"\fChildRequest\x12\x10\n" +

@@ -113,7 +113,12 @@ type ExecuteRequest struct {
 	// The least severe log level the client wants: its session's
 	// logging/setLevel (2025-era) or the request's _meta log level
 	// (2026-07-28); empty when it set none.
-	LogLevel      string `protobuf:"bytes,51,opt,name=log_level,json=logLevel,proto3" json:"log_level,omitempty"`
+	LogLevel string `protobuf:"bytes,51,opt,name=log_level,json=logLevel,proto3" json:"log_level,omitempty"`
+	// The call runs an MCP task: the handler keeps running when this
+	// stream ends (its gateway may be gone), until it returns, the task is
+	// cancelled or its deadline passes; its result goes to the coordinator
+	// with the completion.
+	Task          bool `protobuf:"varint,30,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +263,13 @@ func (x *ExecuteRequest) GetLogLevel() string {
 		return x.LogLevel
 	}
 	return ""
+}
+
+func (x *ExecuteRequest) GetTask() bool {
+	if x != nil {
+		return x.Task
+	}
+	return false
 }
 
 type ExecuteResponse struct {
@@ -1079,7 +1091,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xfa\x04\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8e\x05\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -1098,7 +1110,8 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\vparams_json\x18\v \x01(\fR\n" +
 	"paramsJson\x12\x18\n" +
 	"\asession\x182 \x01(\tR\asession\x12\x1b\n" +
-	"\tlog_level\x183 \x01(\tR\blogLevel\x1aA\n" +
+	"\tlog_level\x183 \x01(\tR\blogLevel\x12\x12\n" +
+	"\x04task\x18\x1e \x01(\bR\x04task\x1aA\n" +
 	"\x13InputResponsesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb4\x03\n" +
