@@ -42,12 +42,13 @@ const (
 // attemptPolicies: a Begin whose reply was lost may have created its call,
 // and call.go resolves that (failLostBegin, whose GetCall goes out on the
 // fresh connection); a Cancel is idempotent by key, and its retry after a
-// win reports the win; GetCall (the quiet-stream probe, lost Begins) only
-// reads.
+// win reports the win; GetCall (the quiet-stream probe, lost Begins) and
+// GetSession (a session opened at another replica) only read.
 var attemptPolicies = map[string]attemptPolicy{
-	pb.CoordinatorService_Begin_FullMethodName:   sentOnce,
-	pb.CoordinatorService_Cancel_FullMethodName:  resent,
-	pb.CoordinatorService_GetCall_FullMethodName: resent,
+	pb.CoordinatorService_Begin_FullMethodName:      sentOnce,
+	pb.CoordinatorService_Cancel_FullMethodName:     resent,
+	pb.CoordinatorService_GetCall_FullMethodName:    resent,
+	pb.CoordinatorService_GetSession_FullMethodName: resent,
 }
 
 // attemptTimeout bounds one attempt: a read or a commit takes
