@@ -137,7 +137,7 @@ type halfDeadStack struct {
 	url    string
 }
 
-func newHalfDeadStack(t *testing.T) *halfDeadStack {
+func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
 	st := &halfDeadStack{cli: etcdtest.Single(t).Client()}
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, st.cli, coordinator.Options{}, lax)
@@ -153,7 +153,8 @@ func newHalfDeadStack(t *testing.T) *halfDeadStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	_, st.url = testcluster.StartGateway(t, nil, gateway.Options{Name: "gw-halfdead", CoordinatorConn: conn})
+	gw.Name, gw.CoordinatorConn = "gw-halfdead", conn
+	_, st.url = testcluster.StartGateway(t, nil, gw)
 	return st
 }
 
@@ -200,7 +201,7 @@ func (st *halfDeadStack) afterRedial(t *testing.T, sid string, id int) {
 // out again on the fresh connection; here the first fresh one is lost to
 // the fault too, so it redials once more.
 func TestHalfDeadCoordinatorLinkCancel(t *testing.T) {
-	st := newHalfDeadStack(t)
+	st := newHalfDeadStack(t, gateway.Options{})
 	sid := openSession(t, st.url)
 	seen := make(chan struct{})
 	call := startCallSeen(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60, "steps": 600}, "tok", seen)
@@ -239,7 +240,7 @@ func TestHalfDeadCoordinatorLinkCancel(t *testing.T) {
 // Begin is failed through the fresh connection as before (failLostBegin):
 // the record says failed, as the client was told.
 func TestHalfDeadCoordinatorLinkBegin(t *testing.T) {
-	st := newHalfDeadStack(t)
+	st := newHalfDeadStack(t, gateway.Options{})
 	sid := openSession(t, st.url)
 	st.proxy.loseReplies()
 	lost := time.Now()
@@ -259,6 +260,43 @@ func TestHalfDeadCoordinatorLinkBegin(t *testing.T) {
 	}
 	if got := st.decisions(t, "session:"+sid)["1"]; len(got) != 1 || !strings.HasPrefix(got[0], "failed/") {
 		t.Fatalf("decisions = %v, want one failed: the client was told the call could not start", got)
+	}
+	st.afterRedial(t, sid, 2)
+}
+
+// The quiet-stream probe of a call that sends nothing (no progress token)
+// finds a half-dead link by itself: its GetCall goes unanswered for its
+// 2 s, the gateway redials, and the next probe goes out on the fresh
+// connection. No client had to ask for anything, and the cancel that
+// follows is decided at once.
+func TestHalfDeadCoordinatorLinkProbe(t *testing.T) {
+	const interval = time.Second
+	st := newHalfDeadStack(t, gateway.Options{ProbeInterval: interval})
+	sid := openSession(t, st.url)
+	call := startCall(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60}, nil)
+	waitFor(t, "the call to run", func() bool { return st.inFlight(t) == 1 })
+	st.proxy.loseReplies()
+	lost := time.Now()
+	select {
+	case <-st.proxy.healed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the gateway did not redial 20 s after the replies were lost")
+	}
+	took := time.Since(lost)
+	t.Logf("redialled %v after the replies were lost (probe interval %v)", took.Round(time.Millisecond), interval)
+	if bound := interval + 2*time.Second + time.Second; took > bound {
+		t.Fatalf("redialled after %v, want within %v (a probe interval, one unanswered attempt, slack)", took, bound)
+	}
+	if code, body := post(t, st.url, sid, cancelMsg(1, "done waiting")); code != 202 {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	r := <-call
+	waitFor(t, "the worker to stop the handler", func() bool { return st.inFlight(t) == 0 })
+	if r.err != nil || hasResponse(r.msgs) {
+		t.Fatalf("the cancelled call's stream carried %v (%v), want no response", r.msgs, r.err)
+	}
+	if got := st.decisions(t, "session:"+sid)["1"]; len(got) != 1 || got[0] != "cancelled/client" {
+		t.Fatalf("decisions = %v, want one cancelled/client", got)
 	}
 	st.afterRedial(t, sid, 2)
 }
