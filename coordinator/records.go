@@ -105,6 +105,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
 		TraceId:     r.TraceID,
+		Method:      r.method(),
 	}
 }
 

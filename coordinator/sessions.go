@@ -152,6 +152,7 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	ids, err := s.cancelScope(ctx, SessionScopePrefix+rec.SessionID, rec.Principal, decision{
 		state: stateCancelled, initiator: "disconnect", reason: SanitizeReason(reason),
 	})
+	s.sessionEnded(ctx, SessionScopePrefix+rec.SessionID)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -168,6 +169,9 @@ func (s *Server) CancelScope(ctx context.Context, req *pb.CancelScopeRequest) (*
 		return nil, toStatus(invalid("initiator is required"))
 	}
 	ids, err := s.cancelScope(ctx, req.GetScope(), req.GetPrincipal(), d)
+	if req.GetInitiator() == pb.Initiator_INITIATOR_DISCONNECT {
+		s.sessionEnded(ctx, req.GetScope()) // the client left
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -256,6 +256,7 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		Method: p.beginMethod(), ParamsJson: p.params,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
+		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
 	})
 	if err != nil {
 		return c.lost(begun, err)
@@ -278,6 +279,7 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		case *pb.ExecuteResponse_Log:
 			c.log(e.Log)
 		case *pb.ExecuteResponse_Result:
+			c.noteSubscription(e.Result)
 			c.answer(e.Result)
 			return ""
 		case *pb.ExecuteResponse_Failed:

@@ -1,10 +1,3 @@
-// Package gateway is the MCP side of mcpcancel: it speaks MCP to clients
-// over stdio and Streamable HTTP (the 2025 revisions, with sessions, and
-// the stateless 2026-07-28 revision), runs their tool calls on workers, and
-// turns every MCP cancellation into a coordinator decision. It owns its
-// JSON-RPC dispatch so that nothing answers a request whose cancellation
-// won: every request passes through a gate that lets exactly one of its
-// response or its cancellation out, and progress only before either.
 package gateway
 
 import (
@@ -171,6 +164,9 @@ func New(opts Options) *Gateway {
 // Run follows the coordinator's tool list and tells clients when it
 // changes, until ctx is done.
 func (g *Gateway) Run(ctx context.Context) error {
+	notes := make(chan struct{})
+	go func() { g.followNotifications(ctx); close(notes) }() // ends with ctx; waited below
+	defer func() { <-notes }()
 	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		err := g.watchTools(ctx)

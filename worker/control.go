@@ -237,6 +237,9 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient, heard *last
 		if stop := m.GetStop(); stop != nil {
 			c.w.stopCall(stop)
 		}
+		if end := m.GetSessionEnded(); end != nil {
+			c.w.sessionEnded(end.GetSession())
+		}
 	}
 }
 

@@ -76,7 +76,8 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	}
 	defer w.untrack(e)
 	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
-		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes()}
+		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
+		session: req.GetSession(), logLevel: req.GetLogLevel()}
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}

@@ -1,12 +1,3 @@
-// Package worker is the runtime a tool author embeds to run MCP tools,
-// resources, prompts and completions on a worker fleet behind mcpcancel.
-// Register tools with Handle (and resources, templates, prompts and
-// completions with HandleResource, HandleResourceTemplate, HandlePrompt
-// and HandleCompletion), then Run: the
-// worker serves Execute to gateways, attaches to a coordinator (any
-// replica, reconnecting as needed), and settles each call there before a
-// result leaves it. A handler's context is cancelled the moment its call is
-// cancelled, wherever the cancellation came from.
 package worker
 
 import (
@@ -112,6 +103,7 @@ type Worker struct {
 	running  sync.WaitGroup // handlers
 
 	ctrl    *control
+	hooks   sessionHooks
 	metrics *metrics
 	conn    *dial.Conn // redialled when found half-dead (see redial)
 	coord   pb.CoordinatorServiceClient

@@ -2,10 +2,12 @@ package dial
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"testing"
 
-	"google.golang.org/grpc"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -18,7 +20,7 @@ func TestRedialOncePerGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpcserver.New(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), grpcserver.Keepalive{})
 	healthgrpc.RegisterHealthServer(srv, health.NewServer())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }() // owned: stopped and waited below

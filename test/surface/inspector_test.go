@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
-	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +25,22 @@ import (
 // test/clients).
 const inspector = "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
 
-// inspectorBound is how much longer one Inspector listing may take than
-// the Inspector's start alone (the same listing of a port nobody listens
-// on, which fails at once; measured in the same run, it takes seconds on
-// a loaded machine). Issue 19 asks for under 2 s; before
-// the gateway tagged listen messages, the modern era hung 60 s.
+// inspectorBound bounds one Inspector listing on the wire: from its
+// first request to the gateway to the end of its last response. Issue 19
+// asks for under 2 s (before the gateway tagged listen messages, the
+// modern era hung 60 s). Node's own start, seconds on a shared machine,
+// is logged beside it but not bounded.
 const inspectorBound = 2 * time.Second
 
 // TestInspectorModern: the MCP Inspector's CLI, in its modern
 // (2026-07-28) protocol era, lists the tools, resources and prompts of
-// the gateway's workers, each listing within inspectorBound of the
-// Inspector's own start.
+// the gateway's workers, each listing within inspectorBound on the wire.
 func TestInspectorModern(t *testing.T) {
 	s := startSystem(t, func(w *worker.Worker) {
 		demo.Register(w)
 		demo.RegisterFixtures(w)
 	})
 	env := append(os.Environ(), "MCP_CATALOG_PATH="+filepath.Join(t.TempDir(), "mcp.json"))
-	startup := inspectorStart(t, env)
 	for _, c := range []struct {
 		method, field, key, want string
 	}{
@@ -51,13 +52,13 @@ func TestInspectorModern(t *testing.T) {
 		t.Run(c.method, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			cmd := nodetest.Node(t, ctx, inspector, "--cli", s.url, "--protocol-era", "modern",
+			clock := newWireClock(t, s.url)
+			cmd := nodetest.Node(t, ctx, inspector, "--cli", clock.url, "--protocol-era", "modern",
 				"--method", c.method, "--format", "json", "--quiet")
 			cmd.Env = env
 			start := time.Now()
 			out, err := cmd.Output()
-			took := time.Since(start)
-			t.Logf("the Inspector's %s took %v, %v more than its start (%v)", c.method, took, took-startup, startup)
+			total := time.Since(start)
 			if err != nil {
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
@@ -65,6 +66,8 @@ func TestInspectorModern(t *testing.T) {
 				}
 				t.Fatal(err)
 			}
+			onWire, requests := clock.span()
+			t.Logf("the Inspector's %s took %v on the wire (%d requests), %v with node's start", c.method, onWire, requests, total)
 			var res struct {
 				Result map[string][]map[string]any `json:"result"`
 			}
@@ -78,35 +81,51 @@ func TestInspectorModern(t *testing.T) {
 			if !slices.Contains(keys, any(c.want)) {
 				t.Errorf("the Inspector's %s lists %v; want %s among them", c.method, keys, c.want)
 			}
-			if took-startup > inspectorBound {
-				t.Errorf("the Inspector's %s took %v, %v more than its start; want under %v more", c.method, took, took-startup, inspectorBound)
+			if onWire > inspectorBound {
+				t.Errorf("the Inspector's %s took %v on the wire; want under %v", c.method, onWire, inspectorBound)
 			}
 		})
 	}
 }
 
-// inspectorStart is how long the Inspector's CLI takes to start, try a
-// listing of a port nobody listens on, and exit: the least of three runs.
-func inspectorStart(t *testing.T, env []string) time.Duration {
+// wireClock is a reverse proxy in front of the gateway that times the
+// exchange: from the first request's arrival to the last response's end.
+type wireClock struct {
+	url string
+
+	mu          sync.Mutex
+	first, last time.Time
+	requests    int
+}
+
+func newWireClock(t *testing.T, target string) *wireClock {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := "http://" + l.Addr().String() + "/mcp"
-	l.Close()
-	least := time.Duration(math.MaxInt64)
-	for range 3 {
-		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-		cmd := nodetest.Node(t, ctx, inspector, "--cli", closed, "--protocol-era", "modern", "--method", "tools/list", "--format", "json", "--quiet")
-		cmd.Env = env
-		start := time.Now()
-		err := cmd.Run()
-		cancel()
-		if err == nil {
-			t.Fatalf("the Inspector listed the tools of a closed port")
+	c := &wireClock{}
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
+	proxy.FlushInterval = -1 // event streams pass at once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		if c.requests == 0 {
+			c.first = time.Now()
 		}
-		least = min(least, time.Since(start))
-	}
-	return least
+		c.requests++
+		c.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+		c.mu.Lock()
+		c.last = time.Now()
+		c.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	c.url = srv.URL + u.Path
+	return c
+}
+
+func (c *wireClock) span() (time.Duration, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last.Sub(c.first), c.requests
 }

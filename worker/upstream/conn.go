@@ -26,11 +26,16 @@ type conn struct {
 
 // dial starts the child (for Command) or connects over HTTP (for URL),
 // and initializes an MCP session with it.
-func (a *Adapter) dial(ctx context.Context, client *mcp.Client) (*conn, error) {
+//
+// With callLogs, the log messages the server sends on a request's response
+// stream (HTTP) go to the call that made the request; the shared
+// connection's do, as it belongs to no client session. A client
+// session's own connection hands every log to its session instead.
+func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.ConnectWait)
 	defer cancel()
 	if a.opts.URL != "" {
-		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay)}
+		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}
 		sess, err := client.Connect(ctx, t, nil)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", a.opts.URL, err)

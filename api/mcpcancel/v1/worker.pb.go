@@ -44,7 +44,16 @@ type ExecuteRequest struct {
 	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
 	// The request's MCP params as the client sent them (without _meta), for
 	// methods other than tools/call.
-	ParamsJson    []byte `protobuf:"bytes,11,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	ParamsJson []byte `protobuf:"bytes,11,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// The client session the call belongs to: the scope of a 2025-era HTTP
+	// session or of a stdio connection; empty for a 2026-07-28 request,
+	// which has none. The upstream adapter keys per-client upstream
+	// sessions by it.
+	Session string `protobuf:"bytes,50,opt,name=session,proto3" json:"session,omitempty"`
+	// The least severe log level the client wants: its session's
+	// logging/setLevel (2025-era) or the request's _meta log level
+	// (2026-07-28); empty when it set none.
+	LogLevel      string `protobuf:"bytes,51,opt,name=log_level,json=logLevel,proto3" json:"log_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +163,20 @@ func (x *ExecuteRequest) GetParamsJson() []byte {
 		return x.ParamsJson
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetLogLevel() string {
+	if x != nil {
+		return x.LogLevel
+	}
+	return ""
 }
 
 type ExecuteResponse struct {
@@ -580,7 +603,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd5\x02\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8c\x03\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -594,7 +617,9 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x06method\x18\n" +
 	" \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\v \x01(\fR\n" +
-	"paramsJson\"\x9e\x02\n" +
+	"paramsJson\x12\x18\n" +
+	"\asession\x182 \x01(\tR\asession\x12\x1b\n" +
+	"\tlog_level\x183 \x01(\tR\blogLevel\"\x9e\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
