@@ -25,10 +25,15 @@ import (
 var ErrClosed = errors.New("gateway: closed")
 
 // Options configures a gateway. The zero value of every field but
-// Coordinator means its default.
+// Coordinator (or CoordinatorConn) means its default.
 type Options struct {
-	// Coordinator is a client of the coordinator service. Required.
+	// Coordinator is a client of the coordinator service. Required unless
+	// CoordinatorConn is set.
 	Coordinator pb.CoordinatorServiceClient
+	// CoordinatorConn, if set, is the connection to the coordinators that
+	// Coordinator and CoordinatorHealth default to, redialled when a
+	// Begin, Cancel or GetCall attempt goes unanswered (coordconn.go).
+	CoordinatorConn *dial.Conn
 	// CoordinatorHealth, if set, is the coordinators' gRPC health service,
 	// on the same connection: /readyz then means a coordinator can decide
 	// calls now (it reaches etcd and its watches are open), not only that
@@ -113,8 +118,20 @@ func (g *Gateway) outboxLimit() int { return 4 * int(g.opts.MaxMessageBytes) }
 
 // New returns a gateway. Run must run for it to see the tool list.
 func New(opts Options) *Gateway {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CoordinatorConn != nil {
+		cc := newCoordConn(opts.CoordinatorConn, opts.Logger)
+		if opts.Coordinator == nil {
+			opts.Coordinator = pb.NewCoordinatorServiceClient(cc)
+		}
+		if opts.CoordinatorHealth == nil {
+			opts.CoordinatorHealth = healthpb.NewHealthClient(cc)
+		}
+	}
 	if opts.Coordinator == nil {
-		panic("gateway: Options.Coordinator is required")
+		panic("gateway: Options.Coordinator or CoordinatorConn is required")
 	}
 	if opts.Name == "" {
 		opts.Name = "gateway-" + randid.New(6)
@@ -151,9 +168,6 @@ func New(opts Options) *Gateway {
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
 		opts: opts, coord: opts.Coordinator, log: opts.Logger,

@@ -109,7 +109,8 @@ func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, e
 }
 
 // options builds the gateway's options over conn, the coordinators'
-// connection: their API, and their health for /readyz.
+// connection: their API, and their health for /readyz. A *dial.Conn is
+// redialled when the gateway finds it half-dead.
 func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) gateway.Options {
 	var origins []string
 	for _, s := range strings.Split(o.origins, ",") {
@@ -117,12 +118,17 @@ func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) 
 			origins = append(origins, s)
 		}
 	}
-	return gateway.Options{
-		Coordinator: pb.NewCoordinatorServiceClient(conn), CoordinatorHealth: healthgrpc.NewHealthClient(conn),
+	opts := gateway.Options{
 		Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit, WriteTimeout: o.writeTimeout,
 		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: cmdline.Version(), Logger: log,
 		Auth: o.oauth.options(o), StateKey: o.stateKey,
 	}
+	if dc, ok := conn.(*dial.Conn); ok {
+		opts.CoordinatorConn = dc
+	} else {
+		opts.Coordinator, opts.CoordinatorHealth = pb.NewCoordinatorServiceClient(conn), healthgrpc.NewHealthClient(conn)
+	}
+	return opts
 }
 
 func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
@@ -141,7 +147,7 @@ func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial.New(o.coordinator, sec.DialOptions(tlsconfig.RoleCoordinator)...)
+	conn, err := dial.Open(o.coordinator, sec.DialOptions(tlsconfig.RoleCoordinator)...)
 	if err != nil {
 		return err
 	}
