@@ -56,6 +56,12 @@ var attemptPolicies = map[string]attemptPolicy{
 // replica. (The worker's settle attempts use the same bound.)
 const attemptTimeout = 2 * time.Second
 
+// beginAttemptTimeout bounds a Begin, which is never sent twice: a Begin
+// cut short is answered "could not start" though it may have been about
+// to succeed, so it is given longer than a read or a cancel (a coordinator
+// that is starting, or a paused etcd leader, may hold it for seconds).
+const beginAttemptTimeout = 5 * time.Second
+
 // unansweredAfter is how long an attempt must have waited, when it ends
 // at a deadline, for its silence to count against the link: a caller
 // that allows less (the probe allows probeTimeout in all) still finds
@@ -67,7 +73,7 @@ const unansweredAfter = time.Second
 const maxAttempts = 4
 
 // errUnanswered is what a caller gets of an attempt that went unanswered.
-var errUnanswered = status.Errorf(codes.Unavailable, "the coordinators did not answer within %v", attemptTimeout)
+var errUnanswered = status.Errorf(codes.Unavailable, "the coordinators did not answer in time")
 
 func newCoordConn(conn *dial.Conn, log *slog.Logger) *coordConn {
 	return &coordConn{conn: conn, log: log}
@@ -96,7 +102,11 @@ func (c *coordConn) Invoke(ctx context.Context, method string, args, reply any, 
 // attempt makes one bounded attempt and reports whether it went
 // unanswered.
 func (c *coordConn) attempt(ctx context.Context, method string, args, reply any, opts []grpc.CallOption) (bool, error) {
-	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	bound := attemptTimeout
+	if method == pb.CoordinatorService_Begin_FullMethodName {
+		bound = beginAttemptTimeout
+	}
+	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	start := time.Now()
 	err := c.conn.Invoke(actx, method, args, reply, opts...)

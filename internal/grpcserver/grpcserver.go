@@ -35,7 +35,13 @@ type Keepalive struct {
 	// closes the connection (default 5s).
 	Timeout time.Duration
 	// MinPing is the shortest interval between a client's pings that the
-	// server tolerates (default 5s: below the 10s floor gRPC clients use).
+	// server tolerates (default 1s, a tenth of the 10s floor gRPC clients
+	// use for keepalive). The server measures the interval when it reads
+	// a ping, so on a loaded host a late-read ping and the next on-time one
+	// arrive close together, and Go clients add flow-control (BDP) pings
+	// of their own; a tight bound turned those into "too_many_pings"
+	// GOAWAYs that cut every RPC on the connection (seen under load in
+	// TestRaceCompleteVsCancel). A ping a second still costs nothing.
 	MinPing time.Duration
 }
 
@@ -47,7 +53,7 @@ func (k Keepalive) withDefaults() Keepalive {
 		k.Timeout = 5 * time.Second
 	}
 	if k.MinPing <= 0 {
-		k.MinPing = 5 * time.Second
+		k.MinPing = time.Second
 	}
 	return k
 }
