@@ -45,7 +45,16 @@ type peer struct {
 // one-second slices: peerSessions sessions each for c.window, counting
 // CPU per call; then one session each, call by call in turn, for the
 // latency each front adds over server-everything itself.
-func measurePeers(ctx context.Context, c config, r *result, dir string, log *slog.Logger, hc *http.Client, progress progressFunc) error {
+func measurePeers(ctx context.Context, c config, r *result, dir string, log *slog.Logger, progress progressFunc) error {
+	// Node's HTTP servers close a connection idle for 5 s (keepAliveTimeout):
+	// a client that reuses one as it closes fails its call. Ours gives
+	// idle connections up first.
+	hc := benchHTTPClient(2 * peerSessions)
+	hc.Transport.(*http.Transport).IdleConnTimeout = 3 * time.Second
+	if c.cpuProfile != "" {
+		r.Skipped = append(r.Skipped, "peers: they need the CPU profiler, which --cpuprofile holds")
+		return nil
+	}
 	pdir, err := peerDir()
 	if err != nil {
 		r.Skipped = append(r.Skipped, "peers: "+err.Error())
@@ -114,7 +123,7 @@ func sum(d []time.Duration) time.Duration {
 func peerRates(ctx context.Context, peers []*peer, window time.Duration) error {
 	prof, err := startCPUProfile()
 	if err != nil {
-		return err
+		return err // --cpuprofile: measurePeers says it skipped
 	}
 	var labelled time.Duration // mcpcancel's front CPU is read from the profile, over its slices only
 	for done := time.Duration(0); done < window; done += throughputSlice {

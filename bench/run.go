@@ -55,7 +55,7 @@ func measureInProcess(ctx context.Context, c config, r *result, dir string, log 
 	if err := measureAddedLatency(ctx, c, r, s.mcpURL, hc, progress); err != nil {
 		return err
 	}
-	if err := measurePeers(ctx, c, r, dir, log, hc, progress); err != nil {
+	if err := measurePeers(ctx, c, r, dir, log, progress); err != nil {
 		return err
 	}
 	progress("etcd ceiling: CAS Txns from %d writers for %v", c.clients, c.ceilingWindow)

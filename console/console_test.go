@@ -11,7 +11,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/console"
@@ -47,7 +46,7 @@ func newSystem(t *testing.T, access func(*http.Request) (console.Viewer, error))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := testcluster.GRPCServer()
 	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(co.Server))
 	pb.RegisterCoordinatorServiceServer(gs, co.Server)
 	done := make(chan error, 1)

@@ -27,7 +27,7 @@ func adminClient(t *testing.T, e *env) pb.AdminServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := testcluster.GRPCServer()
 	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(e.coords[0].Server))
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(lis) }()
@@ -190,7 +190,7 @@ func TestOperatorRoleOverMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(append([]grpc.ServerOption{src.ServerOption()}, authz.Coordinator().ServerOptions()...)...)
+	gs := testcluster.GRPCServer(append([]grpc.ServerOption{src.ServerOption()}, authz.Coordinator().ServerOptions()...)...)
 	pb.RegisterAdminServiceServer(gs, coordinator.NewAdmin(e.coords[0].Server))
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(lis) }()

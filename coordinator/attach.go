@@ -245,6 +245,8 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 		return s.updateWorker(ctx, a, func(i *workerInfo) {
 			i.Tools, i.Offers, i.Features = toolDefs(tc.GetTools()), offerDefs(tc.GetOffers()), featuresOf(tc.GetFeatures())
 		})
+	case *pb.AttachRequest_Notification:
+		s.workerNotification(ctx, a, msg.Notification)
 	case *pb.AttachRequest_Heartbeat:
 		// The echo lets the worker tell a live link from one that only
 		// carries its own words: one that lost our replies (stop orders

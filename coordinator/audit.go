@@ -297,8 +297,5 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 			}
 		}
 	}
-	for _, r := range live {
-		s.view.removeOwner(r.worker, r.callID)
-	}
 	return nil
 }

@@ -27,6 +27,7 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 		state:     stateCancelled,
 		initiator: InitiatorName(req.GetInitiator()),
 		reason:    SanitizeReason(req.GetReason()),
+		children:  childRequests(req.GetChildRequests()),
 	}
 	if d.initiator == "" {
 		return nil, invalid("initiator is required")
@@ -127,9 +128,14 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		t := s.now()
 		stopped = &t
 	}
-	v, err := s.settle(ctx, rec, kv, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError()})
+	d := s.withTaskResult(rec, decision{state: stateCompleted, stoppedAt: stopped, owner: true, toolError: req.GetToolError(),
+		children: childRequests(req.GetChildRequests())}, req.GetTaskResultJson())
+	v, err := s.settle(ctx, rec, kv, d)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if d.state == stateFailed && v.result == won { // a task's result over the bound failed it
+		return &pb.CompleteResponse{Result: pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED, WinnerInitiator: pb.Initiator_INITIATOR_TOOL, WinnerReason: d.reason}, nil
 	}
 	who, why := v.winner()
 	return &pb.CompleteResponse{Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil
@@ -143,6 +149,7 @@ func (s *Server) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailRespons
 		reason:    SanitizeReason(req.GetReason()),
 		stoppedAt: optTime(req.GetStoppedAt()),
 		owner:     true,
+		children:  childRequests(req.GetChildRequests()),
 	}
 	if d.initiator == "" {
 		return nil, toStatus(invalid("initiator is required"))

@@ -33,10 +33,11 @@ var errCommitterStopped = fmt.Errorf("%w: the replica is stopping", ErrEtcd)
 //
 // A batch stays within etcd's limits (its Txn count plus the largest nested
 // Txn's at most maxTxnOps, which is how etcd counts; at most maxBatchBytes)
-// and names no key twice: etcd rejects a Txn that writes a key twice, and
-// every nested guard is evaluated before any nested write, so two decisions
-// on one call in one batch could both pass. A second decision on a key
-// waits for the next batch. A batch etcd rejects outright (as too large, or
+// and has no two decisions where one writes a key the other reads or
+// writes: etcd rejects a Txn that writes a key twice, and evaluates every
+// nested guard before any nested write, so two decisions on one call in
+// one batch could both pass. Such a second decision waits for the next
+// batch; decisions that only compare a key in common share one. A batch etcd rejects outright (as too large, or
 // for a lease it no longer knows) is resent one decision at a time, so that
 // each caller gets its own answer; an ambiguous failure (a timeout, a lost
 // reply) is each caller's, who reads its decision back as it would after
@@ -61,7 +62,8 @@ type commitReq struct {
 	then, els []clientv3.Op
 	ops       int      // as etcd counts a Txn's operations: its longest list
 	bytes     int      // roughly its encoded size
-	keys      []string // every key it compares, reads or writes
+	reads     []string // the keys it compares or gets
+	writes    []string // the keys it puts or deletes
 	solo      bool     // it names a range, or nests a Txn: sent alone
 	abandoned bool     // guarded by committer.mu: its caller gave up before it was taken
 
@@ -126,16 +128,19 @@ func (t *groupTxn) Commit() (*clientv3.TxnResponse, error) {
 
 func (r *commitReq) measure() {
 	r.ops = max(len(r.cmps), len(r.then), len(r.els))
-	r.keys = make([]string, 0, len(r.cmps)+len(r.then)+len(r.els))
 	for i := range r.cmps {
 		c := r.cmps[i].GetCompare()
-		r.keys = append(r.keys, string(c.Key))
+		r.reads = append(r.reads, string(c.Key))
 		r.bytes += proto.Size(c) + 4
 		r.solo = r.solo || len(c.RangeEnd) > 0
 	}
 	for _, ops := range [][]clientv3.Op{r.then, r.els} {
 		for _, op := range ops {
-			r.keys = append(r.keys, string(op.KeyBytes()))
+			if op.IsGet() {
+				r.reads = append(r.reads, string(op.KeyBytes()))
+			} else {
+				r.writes = append(r.writes, string(op.KeyBytes()))
+			}
 			r.bytes += len(op.KeyBytes()) + len(op.RangeBytes()) + len(op.ValueBytes()) + 24
 			r.solo = r.solo || op.IsTxn() || len(op.RangeBytes()) > 0
 		}
@@ -221,10 +226,15 @@ func (c *committer) take() []*commitReq {
 	return b.reqs
 }
 
-// batchBuilder gathers decisions that one Txn can carry.
+// batchBuilder gathers decisions that one Txn can carry. etcd evaluates
+// every nested guard (and get) against the store as it was before the
+// batch, then applies the writes: so decisions that only read a key in
+// common (Begins on one worker compare its key) go together as if one ran
+// after the other, but one that writes a key another reads or writes waits.
 type batchBuilder struct {
 	reqs    []*commitReq
-	keys    map[string]struct{}
+	reads   map[string]struct{}
+	writes  map[string]struct{}
 	deepest int // the largest nested Txn's operation count
 	bytes   int
 	full    bool // a solo decision went in, or the limits were reached
@@ -234,26 +244,43 @@ type batchBuilder struct {
 func (b *batchBuilder) add(r *commitReq) bool {
 	if len(b.reqs) == 0 { // the first always goes; too large, etcd says so
 		b.reqs, b.deepest, b.bytes, b.full = append(b.reqs, r), r.ops, r.bytes, r.solo
-		b.keys = make(map[string]struct{}, 8*len(r.keys))
+		b.reads, b.writes = make(map[string]struct{}, 8*len(r.reads)), make(map[string]struct{}, 8*len(r.writes))
 		b.addKeys(r)
 		return true
 	}
-	if b.full || r.solo || len(b.reqs)+1+max(b.deepest, r.ops) > maxTxnOps || b.bytes+r.bytes > maxBatchBytes {
+	if b.full || r.solo || len(b.reqs)+1+max(b.deepest, r.ops) > maxTxnOps || b.bytes+r.bytes > maxBatchBytes || b.conflicts(r) {
 		return false
-	}
-	for _, k := range r.keys {
-		if _, dup := b.keys[k]; dup {
-			return false
-		}
 	}
 	b.reqs, b.deepest, b.bytes = append(b.reqs, r), max(b.deepest, r.ops), b.bytes+r.bytes
 	b.addKeys(r)
 	return true
 }
 
+// conflicts says whether r writes a key the batch reads or writes, or
+// reads a key the batch writes.
+func (b *batchBuilder) conflicts(r *commitReq) bool {
+	for _, k := range r.writes {
+		if _, ok := b.writes[k]; ok {
+			return true
+		}
+		if _, ok := b.reads[k]; ok {
+			return true
+		}
+	}
+	for _, k := range r.reads {
+		if _, ok := b.writes[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *batchBuilder) addKeys(r *commitReq) {
-	for _, k := range r.keys {
-		b.keys[k] = struct{}{}
+	for _, k := range r.reads {
+		b.reads[k] = struct{}{}
+	}
+	for _, k := range r.writes {
+		b.writes[k] = struct{}{}
 	}
 }
 

@@ -82,10 +82,10 @@ func (e *committerEnv) wantWon(r *commitReq, want bool) *clientv3.TxnResponse {
 	e.t.Helper()
 	resp, err := e.answer(r)
 	if err != nil {
-		e.t.Fatalf("decision on %q: %v", r.keys[0], err)
+		e.t.Fatalf("decision on %q: %v", r.reads[0], err)
 	}
 	if resp.Succeeded != want {
-		e.t.Fatalf("decision on %q: succeeded %v, want %v", r.keys[0], resp.Succeeded, want)
+		e.t.Fatalf("decision on %q: succeeded %v, want %v", r.reads[0], resp.Succeeded, want)
 	}
 	return resp
 }
@@ -165,6 +165,41 @@ func TestGroupCommitDuplicateKeysGoInSeparateBatches(t *testing.T) {
 	if got := e.revision() - before; got != 1 { // the second wrote nothing
 		t.Errorf("%d revisions, want 1", got)
 	}
+}
+
+// Decisions that only compare a key in common (Begins on one worker all
+// compare its key) share a batch; one that writes a key another in the
+// batch compares waits for the next, and sees that write.
+func TestGroupCommitSharedReadsBatchTogether(t *testing.T) {
+	e := newCommitterEnv(t)
+	put, err := e.cli.Put(t.Context(), "/worker", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := clientv3.Compare(clientv3.CreateRevision("/worker"), "=", put.Header.Revision)
+	var begins []*commitReq
+	for i := range 3 {
+		k := fmt.Sprintf("/call/%d", i)
+		begins = append(begins, e.queue([]clientv3.Cmp{alive}, []clientv3.Op{clientv3.OpPut(k, "v")}, nil))
+	}
+	gone := e.queue(nil, []clientv3.Op{clientv3.OpDelete("/worker")}, nil)
+	// Queued after the delete but concurrent with it, it may go first,
+	// with the batch the delete could not join.
+	late := e.queue([]clientv3.Cmp{alive}, []clientv3.Op{clientv3.OpPut("/call/late", "v")}, nil)
+	e.start()
+	first := e.wantWon(begins[0], true).Header.Revision
+	for _, r := range append(begins[1:], late) {
+		if got := e.wantWon(r, true).Header.Revision; got != first {
+			t.Errorf("begin at revision %d, want the first's %d", got, first)
+		}
+	}
+	if got := e.wantWon(gone, true).Header.Revision; got != first+1 {
+		t.Errorf("the delete of a key the batch compared went in at %d, not next after %d", got, first)
+	}
+	// Now the delete is in the queue's past: a begin guarded on the worker
+	// fails.
+	after := e.queue([]clientv3.Cmp{alive}, []clientv3.Op{clientv3.OpPut("/call/after", "v")}, nil)
+	e.wantWon(after, false)
 }
 
 // A guard that fails in one nested Txn runs that Txn's else and leaves

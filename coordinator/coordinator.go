@@ -1,8 +1,3 @@
-// Package coordinator is the control plane of mcpcancel: a gRPC service that
-// decides, exactly once per call and in etcd, whether completion,
-// cancellation or failure won. Every decision is one etcd transaction
-// guarded by the call record's revision (the fence) that also writes the
-// decision's audit record. Replicas hold no state another replica needs.
 package coordinator
 
 import (
@@ -46,6 +41,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Tasks bounds MCP tasks (see TaskOptions).
+	Tasks TaskOptions
 }
 
 // Server is one coordinator replica. It implements the gRPC
@@ -64,6 +61,7 @@ type Server struct {
 	stops     *stopBatcher
 	commits   *committer
 	attached  *attachments
+	notes     noteWatchers
 	metrics   *metrics
 	health    *healthState
 
@@ -129,6 +127,7 @@ func setDefaults(o *Options) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.Tasks.setDefaults(o.MaxTimeout)
 }
 
 // Run serves until ctx is done: it keeps this replica's view of workers and
@@ -143,6 +142,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
+	g.Go(func() error { return s.watchNotes(ctx) })
 	g.Go(func() error { return s.stops.run(ctx) })
 	g.Go(func() error { return s.commits.run(ctx) })
 	g.Go(func() error { return s.runJanitor(ctx) })

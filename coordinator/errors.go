@@ -26,6 +26,8 @@ var (
 	ErrNotRetryable    = errors.New("coordinator: the call may not be retried")
 	ErrSessionClosed   = errors.New("coordinator: the session is closed")
 	ErrEtcd            = errors.New("coordinator: etcd unavailable")
+	ErrUnknownTask     = errors.New("coordinator: no such task")
+	ErrTooManyTasks    = errors.New("coordinator: the principal holds too many tasks")
 )
 
 // ErrorDomain is the ErrorInfo domain of coordinator errors.
@@ -49,6 +51,8 @@ var errorCodes = []struct {
 	{ErrNotRetryable, codes.FailedPrecondition, client.ErrNotRetryable},
 	{ErrSessionClosed, codes.FailedPrecondition, client.ErrSessionClosed},
 	{ErrEtcd, codes.Unavailable, client.ErrEtcdUnavailable},
+	{ErrUnknownTask, codes.NotFound, client.ErrUnknownTask},
+	{ErrTooManyTasks, codes.ResourceExhausted, client.ErrTooManyTasks},
 }
 
 func invalid(format string, args ...any) error {

@@ -75,7 +75,8 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 //     told the call could not start: hence FAILED, not CANCELLED), and
 //     the worker may never have seen it.
 //
-// deadlines caches the deadline of each running call between rounds.
+// deadlines caches the deadline of each running call between rounds; an
+// entry lives while its call's owner key is running in the latest round.
 func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) error {
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).Then(
@@ -131,7 +132,6 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 		if err = s.skipCorrupt(id, err); err != nil {
 			return err
 		}
-		delete(deadlines, id)
 	}
 	return nil
 }
@@ -195,6 +195,5 @@ func (s *Server) abandoned(ctx context.Context, worker, id string, ownerRev int6
 	if err != nil {
 		return etcdErr(octx, "janitor clear owner", err)
 	}
-	s.view.removeOwner(worker, id)
 	return nil
 }

@@ -178,7 +178,7 @@ func startReplica(t *testing.T, endpoint, name string, broken func() grpc.UnaryS
 	if broken != nil {
 		opts = append(opts, grpc.UnaryInterceptor(broken()))
 	}
-	srv, gs := coordinator.New(coordinator.Options{Client: cli, Name: name}), grpc.NewServer(opts...)
+	srv, gs := coordinator.New(coordinator.Options{Client: cli, Name: name}), testcluster.GRPCServer(opts...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)

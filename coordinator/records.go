@@ -42,7 +42,9 @@ type callRecord struct {
 	AuditKey    string          `json:"audit_key,omitempty"`
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
 	RetryOf     string          `json:"retry_of,omitempty"`
-	TraceID     string          `json:"trace_id,omitempty"`
+	// Set when the call runs an MCP task (see tasks.go).
+	Task    *taskInfo `json:"task,omitempty"`
+	TraceID string    `json:"trace_id,omitempty"`
 }
 
 // AuditRecord is one audited decision in its export form; the API's
@@ -63,6 +65,7 @@ func (r *callRecord) audit(outcome string, settled time.Time, stopped *time.Time
 		Method: r.method(), Tool: r.Tool, Worker: r.Worker, Gateway: r.Gateway, Outcome: outcome,
 		Initiator: r.Initiator, Reason: r.Reason,
 		RequestedAt: r.RequestedAt, SettledAt: settled, StoppedAt: stopped, RetryOf: r.RetryOf,
+		TaskID:  r.taskID(),
 		TraceID: r.TraceID,
 	}
 }
@@ -104,6 +107,7 @@ func (r *callRecord) proto(fence int64) *pb.Call {
 		Deadline:    ts(r.Deadline),
 		SettledAt:   ts(r.SettledAt),
 		RetryOf:     r.RetryOf,
+		TaskId:      r.taskID(),
 		TraceId:     r.TraceID,
 		Method:      r.method(),
 	}

@@ -18,6 +18,14 @@ const maxCachedCalls = 1 << 17
 // transaction is guarded by the call's fence, so a call that has settled
 // or been replaced since fails the guard and the caller falls back to
 // reading etcd, exactly as it does on a miss.
+//
+// Removal, the one rule: an entry leaves as soon as the replica learns
+// its call is no longer running at the cached fence: from a decision's
+// transaction here (won, or its guard failed), or from the owners/ watch
+// (a decision anywhere). The minute sweep drops, past its deadline, an
+// entry nothing could tell about (a compaction, or a settlement the watch
+// showed before Begin cached the call). byID and byIndex hold the same
+// entries and lose them together.
 type runningCalls struct {
 	mu      sync.Mutex
 	byID    map[string]*cachedCall
@@ -45,7 +53,7 @@ func (r *runningCalls) add(rec *callRecord, index string, fence int64) {
 	r.byIndex[index] = c
 }
 
-// remove forgets a call, once it has settled or its guess failed.
+// remove forgets a call known not to be running at its cached fence.
 func (r *runningCalls) remove(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,7 +29,12 @@ type sessionRecord struct {
 	ProtocolVersion string    `json:"protocol_version,omitempty"`
 	Gateway         string    `json:"gateway,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
+	// What the client declared it can be asked (requests toward it).
+	ClientCapabilities json.RawMessage `json:"client_capabilities,omitempty"`
 }
+
+// maxCapabilitiesBytes bounds the client capabilities a session keeps.
+const maxCapabilitiesBytes = 16 << 10
 
 func (k keys) session(id string) string { return k.prefix + "sessions/" + id }
 
@@ -64,7 +70,7 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	if err := validateSessionID(ss.GetSessionId()); err != nil {
 		return nil, toStatus(err)
 	}
-	if len(ss.GetPrincipal()) > 2*MaxNameBytes || len(ss.GetProtocolVersion()) > 32 || len(ss.GetGateway()) > MaxNameBytes {
+	if len(ss.GetPrincipal()) > 2*MaxNameBytes || len(ss.GetProtocolVersion()) > 32 || len(ss.GetGateway()) > MaxNameBytes || len(ss.GetClientCapabilitiesJson()) > maxCapabilitiesBytes {
 		return nil, toStatus(invalid("session fields too long"))
 	}
 	lease, err := s.retention.lease(ctx)
@@ -74,6 +80,9 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	rec := sessionRecord{
 		SessionID: ss.GetSessionId(), Principal: ss.GetPrincipal(), ProtocolVersion: ss.GetProtocolVersion(),
 		Gateway: ss.GetGateway(), CreatedAt: s.now(),
+	}
+	if caps := ss.GetClientCapabilitiesJson(); json.Valid(caps) {
+		rec.ClientCapabilities = caps
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -100,7 +109,7 @@ func (s *Server) GetSession(ctx context.Context, req *pb.GetSessionRequest) (*pb
 	}
 	return &pb.GetSessionResponse{Session: &pb.Session{
 		SessionId: rec.SessionID, Principal: rec.Principal, ProtocolVersion: rec.ProtocolVersion,
-		Gateway: rec.Gateway, CreatedAt: timestamppb.New(rec.CreatedAt),
+		Gateway: rec.Gateway, CreatedAt: timestamppb.New(rec.CreatedAt), ClientCapabilitiesJson: rec.ClientCapabilities,
 	}}, nil
 }
 
@@ -152,6 +161,7 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	ids, err := s.cancelScope(ctx, SessionScopePrefix+rec.SessionID, rec.Principal, decision{
 		state: stateCancelled, initiator: "disconnect", reason: SanitizeReason(reason),
 	})
+	s.sessionEnded(ctx, SessionScopePrefix+rec.SessionID)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -168,6 +178,9 @@ func (s *Server) CancelScope(ctx context.Context, req *pb.CancelScopeRequest) (*
 		return nil, toStatus(invalid("initiator is required"))
 	}
 	ids, err := s.cancelScope(ctx, req.GetScope(), req.GetPrincipal(), d)
+	if req.GetInitiator() == pb.Initiator_INITIATOR_DISCONNECT {
+		s.sessionEnded(ctx, req.GetScope()) // the client left
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}

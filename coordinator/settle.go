@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
 
@@ -41,6 +42,9 @@ type decision struct {
 	// late says a client's cancellation that loses is audited once as
 	// cancel_lost.
 	late bool
+	// children are the requests the call sent toward its client, for the
+	// audit record (toward.go).
+	children []client.ChildRequest
 	// toolError says a completion carries the tool's own error result: it
 	// is audited as tool_error.
 	toolError bool
@@ -48,6 +52,8 @@ type decision struct {
 	// decides: the same decision found already made is its own earlier
 	// attempt, whose reply was lost after it committed.
 	owner bool
+	// task is what the decision writes for a task's call (tasks.go).
+	task taskWrite
 }
 
 // outcome is the audit outcome of d: its state, or tool_error for a
@@ -118,6 +124,10 @@ func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 			return verdict{result: lostTo[rec.State], by: rec}, nil
 		}
 		cur, err := s.settleTxn(ctx, rec, kv, d)
+		if errors.Is(err, errTaskExpired) {
+			d.task.expired = true // its result has nowhere to go; the decision stands
+			continue
+		}
 		if err != nil || cur == nil {
 			return verdict{result: won}, err
 		}
@@ -142,12 +152,17 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 	if d.stoppedAt == nil && !d.ownerGone {
 		ownerOp = clientv3.OpPut(owner, encode(stopOrder{d.state, d.initiator, d.reason}))
 	}
-	return clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), []clientv3.Op{
+	ops := []clientv3.Op{
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
-		clientv3.OpPut(next.AuditKey, encode(next.audit(d.outcome(), now, d.stoppedAt)), clientv3.WithLease(lease)),
+		clientv3.OpPut(next.AuditKey, encode(d.withChildren(next.audit(d.outcome(), now, d.stoppedAt))), clientv3.WithLease(lease)),
 		ownerOp,
-		clientv3.OpDelete(s.keys.runningOf(rec)),
 	}
+	if rec.Task != nil { // a task's call is in no scope's running set
+		ops = append(ops, s.taskOps(rec, d)...)
+	} else {
+		ops = append(ops, clientv3.OpDelete(s.keys.runningOf(rec)))
+	}
+	return clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), ops
 }
 
 // settleTxn returns nil if the decision won, else the call as it is now.
@@ -165,20 +180,19 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.retention.forget(lease)
+			if s.taskLeaseGone(ctx, rec, d) {
+				return nil, errTaskExpired
+			}
 		}
 		return nil, etcdErr(ctx, "settle", err)
 	}
+	s.running.remove(rec.CallID) // won, or its guard failed: not running at this fence
 	if !resp.Succeeded {
-		s.running.remove(rec.CallID)
 		cur := resp.Responses[0].GetResponseRange().Kvs
 		if len(cur) == 0 {
 			return nil, fmt.Errorf("%w: call %s", ErrUnknownCall, rec.CallID)
 		}
 		return cur[0], nil
-	}
-	s.running.remove(rec.CallID)
-	if d.stoppedAt != nil || d.ownerGone {
-		s.view.removeOwner(rec.Worker, rec.CallID)
 	}
 	s.metrics.decisions.WithLabelValues(d.state).Inc()
 	return nil, nil

@@ -36,6 +36,7 @@ type toolDef struct {
 	OutputSchema []byte `json:"output_schema,omitempty"`
 	Annotations  []byte `json:"annotations,omitempty"`
 	Idempotent   bool   `json:"idempotent,omitempty"`
+	TaskSupport  string `json:"task_support,omitempty"`
 }
 
 func toolDefs(tools []*pb.Tool) []*toolDef {
@@ -44,7 +45,7 @@ func toolDefs(tools []*pb.Tool) []*toolDef {
 		out = append(out, &toolDef{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(),
 			InputSchema: t.GetInputSchemaJson(), OutputSchema: t.GetOutputSchemaJson(),
-			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(),
+			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(), TaskSupport: t.GetTaskSupport(),
 		})
 	}
 	return out
@@ -54,7 +55,7 @@ func (t *toolDef) proto() *pb.Tool {
 	return &pb.Tool{
 		Name: t.Name, Title: t.Title, Description: t.Description,
 		InputSchemaJson: t.InputSchema, OutputSchemaJson: t.OutputSchema, AnnotationsJson: t.Annotations,
-		Idempotent: t.Idempotent,
+		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport,
 	}
 }
 
@@ -73,9 +74,13 @@ type workerEntry struct {
 type view struct {
 	s *Server
 
-	mu       sync.Mutex
-	rev      int64 // revision the view was loaded at
-	workers  map[string]*workerEntry
+	mu      sync.Mutex
+	rev     int64 // revision the view was loaded at
+	workers map[string]*workerEntry
+	// owners holds the calls whose owner key exists (handler not yet
+	// returned), and inflight counts them per worker. Removal, the one
+	// rule: an entry leaves when the owners/ watch shows its key deleted
+	// (or a reload after compaction no longer finds it).
 	owners   map[string]string // call id -> worker
 	inflight map[string]int    // worker -> running handlers
 	changed  chan struct{}     // closed when workers change, then replaced

@@ -45,6 +45,8 @@ type call struct {
 	stopExec context.CancelFunc
 	relayed  bool // a progress or log notification of the call reached the client
 	retried  bool // the call was placed once more after its worker was lost
+
+	toward toward // requests toward the client (outbound.go)
 }
 
 func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
@@ -58,9 +60,17 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, perr))
 		return
 	}
+	if p.method == "tools/call" && s.maybeTask(ctx, m, p, reply) {
+		return // a task: answered with CreateTaskResult, or refused (tasks.go)
+	}
 	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, modern: s.isModern(),
 		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token,
 		span: requestSpan(ctx)}
+	c.toward.caps = s.capabilitiesFor(m.Params)
+	if e := c.openRound(m.Params, p); e != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
+		return
+	}
 	if err := s.register(c); err != nil {
 		s.g.metrics.call(p.metricName(), outcomeRejected)
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, err))
@@ -68,6 +78,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink
 	}
 	defer s.unregister(c)
 	c.run(p)
+	s.endChildren(c)
 	// The response is on the wire before the call counts as done, so a
 	// shutdown that waits for calls closes no stream ahead of an answer.
 	reply.flush()
@@ -256,6 +267,8 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		Method: p.beginMethod(), ParamsJson: p.params,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
+		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
+		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope, InputResponses: c.toward.round.inputs,
 	})
 	if err != nil {
 		return c.lost(begun, err)
@@ -277,7 +290,12 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 			c.progress(e.Progress)
 		case *pb.ExecuteResponse_Log:
 			c.log(e.Log)
+		case *pb.ExecuteResponse_ClientRequest:
+			c.askClient(wc, begun, e.ClientRequest)
+		case *pb.ExecuteResponse_ClientRequestEnd:
+			c.clientRequestEnded(begun.GetCallId(), e.ClientRequestEnd)
 		case *pb.ExecuteResponse_Result:
+			c.noteSubscription(e.Result)
 			c.answer(e.Result)
 			return ""
 		case *pb.ExecuteResponse_Failed:

@@ -1,14 +1,8 @@
-// Package gateway is the MCP side of mcpcancel: it speaks MCP to clients
-// over stdio and Streamable HTTP (the 2025 revisions, with sessions, and
-// the stateless 2026-07-28 revision), runs their tool calls on workers, and
-// turns every MCP cancellation into a coordinator decision. It owns its
-// JSON-RPC dispatch so that nothing answers a request whose cancellation
-// won: every request passes through a gate that lets exactly one of its
-// response or its cancellation out, and progress only before either.
 package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"sync"
@@ -31,10 +25,15 @@ import (
 var ErrClosed = errors.New("gateway: closed")
 
 // Options configures a gateway. The zero value of every field but
-// Coordinator means its default.
+// Coordinator (or CoordinatorConn) means its default.
 type Options struct {
-	// Coordinator is a client of the coordinator service. Required.
+	// Coordinator is a client of the coordinator service. Required unless
+	// CoordinatorConn is set.
 	Coordinator pb.CoordinatorServiceClient
+	// CoordinatorConn, if set, is the connection to the coordinators that
+	// Coordinator and CoordinatorHealth default to, redialled when a
+	// Begin, Cancel or GetCall attempt goes unanswered (coordconn.go).
+	CoordinatorConn *dial.Conn
 	// CoordinatorHealth, if set, is the coordinators' gRPC health service,
 	// on the same connection: /readyz then means a coordinator can decide
 	// calls now (it reaches etcd and its watches are open), not only that
@@ -44,6 +43,13 @@ type Options struct {
 	Name string
 	// CallTimeout bounds every tool call (default 10m).
 	CallTimeout time.Duration
+	// StateKey seals the requestState of 2026-07-28 input_required results
+	// (AES-256-GCM, 32 bytes). Replicas that serve the same clients must
+	// share it; nil generates one for this process.
+	StateKey []byte
+	// InputTimeout is how long a client has to retry a call that needed
+	// its input, before its requestState expires (default 10m).
+	InputTimeout time.Duration
 	// ScopeLimit caps calls in flight per scope (default 256); GlobalLimit
 	// caps them per gateway (default 10000).
 	ScopeLimit, GlobalLimit int
@@ -103,6 +109,8 @@ type Gateway struct {
 	workers  map[string]*grpc.ClientConn
 	closed   bool
 	toolsCh  chan struct{} // closed when the tool list first arrives
+
+	taskRuns sync.WaitGroup // the streams of tasks begun here (tasks.go)
 }
 
 // outboxLimit is how many bytes may wait for one client stream.
@@ -110,11 +118,32 @@ func (g *Gateway) outboxLimit() int { return 4 * int(g.opts.MaxMessageBytes) }
 
 // New returns a gateway. Run must run for it to see the tool list.
 func New(opts Options) *Gateway {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CoordinatorConn != nil {
+		cc := newCoordConn(opts.CoordinatorConn, opts.Logger)
+		if opts.Coordinator == nil {
+			opts.Coordinator = pb.NewCoordinatorServiceClient(cc)
+		}
+		if opts.CoordinatorHealth == nil {
+			opts.CoordinatorHealth = healthpb.NewHealthClient(cc)
+		}
+	}
 	if opts.Coordinator == nil {
-		panic("gateway: Options.Coordinator is required")
+		panic("gateway: Options.Coordinator or CoordinatorConn is required")
 	}
 	if opts.Name == "" {
 		opts.Name = "gateway-" + randid.New(6)
+	}
+	if len(opts.StateKey) == 0 {
+		opts.StateKey = make([]byte, stateKeyBytes)
+		rand.Read(opts.StateKey)
+	} else if len(opts.StateKey) != stateKeyBytes {
+		panic("gateway: Options.StateKey must be 32 bytes")
+	}
+	if opts.InputTimeout == 0 {
+		opts.InputTimeout = 10 * time.Minute
 	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 10 * time.Minute
@@ -140,9 +169,6 @@ func New(opts Options) *Gateway {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	g := &Gateway{
 		opts: opts, coord: opts.Coordinator, log: opts.Logger,
 		sessions: map[*session]struct{}{}, live: map[*call]struct{}{}, workers: map[string]*grpc.ClientConn{},
@@ -157,6 +183,9 @@ func New(opts Options) *Gateway {
 // Run follows the coordinator's tool list and tells clients when it
 // changes, until ctx is done.
 func (g *Gateway) Run(ctx context.Context) error {
+	notes := make(chan struct{})
+	go func() { g.followNotifications(ctx); close(notes) }() // ends with ctx; waited below
+	defer func() { <-notes }()
 	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		err := g.watchTools(ctx)
@@ -332,6 +361,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.waitNoCalls(context.Background())
 	}
 	g.stop()
+	g.taskRuns.Wait() // their streams end with g.base; their tasks go on
 	g.mu.Lock()
 	for addr, c := range g.workers {
 		c.Close()

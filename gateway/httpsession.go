@@ -15,6 +15,7 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 	s := newSession(h.g, client.SessionScope+id, principal)
 	_, err := h.g.coord.OpenSession(r.Context(), &pb.OpenSessionRequest{Session: &pb.Session{
 		SessionId: id, Principal: principal, ProtocolVersion: latestLegacy, Gateway: h.g.opts.Name,
+		ClientCapabilitiesJson: initializeCapabilities(m.Params),
 	}})
 	if err != nil {
 		writeErrorResponse(w, http.StatusServiceUnavailable, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot open a session: the coordinator is unavailable"))
@@ -61,6 +62,7 @@ func (h *httpTransport) lookup(ctx context.Context, id, principal string) (*sess
 		h.evictLocked()
 		s = newSession(h.g, client.SessionScope+id, principal)
 		s.version = resp.GetSession().GetProtocolVersion()
+		s.clientCaps = resp.GetSession().GetClientCapabilitiesJson()
 		h.sessions[id] = s
 	}
 	return s, 0

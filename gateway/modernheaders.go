@@ -46,7 +46,8 @@ func mismatch(format string, args ...any) *jsonrpc.Error {
 // checkName checks Mcp-Name against params.name (tools/call, prompts/get)
 // or params.uri (resources/read).
 func checkName(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
-	field := map[string]string{"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}[m.Method]
+	field := map[string]string{"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+		"tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}[m.Method]
 	if field == "" {
 		return nil
 	}

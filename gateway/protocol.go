@@ -119,11 +119,15 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 	case "prompts/list", "resources/list", "resources/templates/list":
 		return s.g.listOffers(ctx, m)
 	}
+	if taskMethods[m.Method] {
+		return s.taskMethod(ctx, m)
+	}
 	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
 }
 
 type initializeParams struct {
-	ProtocolVersion string `json:"protocolVersion"`
+	ProtocolVersion string          `json:"protocolVersion"`
+	Capabilities    json.RawMessage `json:"capabilities"`
 }
 
 // initialize answers with the client's version if we speak it, else our
@@ -140,10 +144,11 @@ func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *js
 	}
 	s.mu.Lock()
 	s.version = v
+	s.clientCaps = p.Capabilities
 	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
-		"capabilities":    s.g.capabilities(ctx),
+		"capabilities":    withTasks(s.g.capabilities(ctx)),
 		"serverInfo":      s.g.serverInfo(),
 		"instructions":    instructions,
 	}, nil
@@ -160,7 +165,7 @@ func (s *session) discover(ctx context.Context) any {
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
-		"capabilities":      s.g.capabilities(ctx),
+		"capabilities":      withTaskExtension(s.g.capabilities(ctx)),
 		"instructions":      instructions,
 		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": s.g.serverInfo()},
 	}
@@ -204,6 +209,7 @@ type mcpTool struct {
 	InputSchema  json.RawMessage `json:"inputSchema"`
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	Annotations  json.RawMessage `json:"annotations,omitempty"`
+	Execution    *toolExecution  `json:"execution,omitempty"`
 }
 
 func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
@@ -220,6 +226,7 @@ func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
 		out = append(out, mcpTool{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(), InputSchema: in,
 			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: publicAnnotations(t.GetAnnotationsJson()),
+			Execution: execution(t),
 		})
 	}
 	return map[string]any{"tools": out}, nil

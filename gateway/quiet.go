@@ -20,12 +20,18 @@ import (
 // the client is told its result was lost, while the record still says so. heard notes a message on the
 // stream; end stops the watch and waits for it.
 func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (heard, stop func()) {
-	g := c.s.g
+	return quietWatch(c.s.g.opts.ProbeInterval, func() pb.CallState { return c.stateOf(begun.GetCallId()) }, end)
+}
+
+// quietWatch is watchQuiet's timer logic: it asks stateOf after every
+// interval without a heard message (half an interval after seeing the
+// call COMPLETED), and calls end as watchQuiet says.
+func quietWatch(interval time.Duration, stateOf func() pb.CallState, end context.CancelFunc) (heard, stop func()) {
 	events := make(chan struct{}, 1)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTimer(g.opts.ProbeInterval)
+		t := time.NewTimer(interval)
 		defer t.Stop()
 		completed := false // seen COMPLETED with no message since
 		for {
@@ -34,9 +40,9 @@ func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (hear
 				return
 			case <-events:
 				completed = false
-				t.Reset(g.opts.ProbeInterval)
+				t.Reset(interval)
 			case <-t.C:
-				switch c.stateOf(begun.GetCallId()) {
+				switch stateOf() {
 				case pb.CallState_CALL_STATE_CANCELLED, pb.CallState_CALL_STATE_FAILED:
 					end()
 					return
@@ -46,10 +52,10 @@ func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (hear
 						return
 					}
 					completed = true
-					t.Reset(g.opts.ProbeInterval / 2)
+					t.Reset(interval / 2)
 					continue
 				}
-				t.Reset(g.opts.ProbeInterval)
+				t.Reset(interval)
 			}
 		}
 	})

@@ -8,14 +8,12 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
-	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 )
 
@@ -23,19 +21,8 @@ import (
 // reaches etcd, 503 saying so while etcd is down (the coordinator itself
 // still answers), and ready again when etcd is back.
 func TestReadyzFollowsTheCoordinatorsHealth(t *testing.T) {
-	opts := embedetcd.Options{Dir: t.TempDir(), Fast: true, NoFsync: true}
-	m, err := embedetcd.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	opts.ClientAddr, opts.PeerAddr = m.ClientURL(), m.PeerURL()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	co := testcluster.StartCoordinator(t, cli, coordinator.Options{HealthInterval: 50 * time.Millisecond, OpTimeout: time.Second})
+	etcd := etcdtest.StartRestartable(t)
+	co := testcluster.StartCoordinator(t, etcd.Client(), coordinator.Options{HealthInterval: 50 * time.Millisecond, OpTimeout: time.Second})
 	conn := testcluster.Conn(t, co.Addr)
 	g := gateway.New(gateway.Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CoordinatorHealth: healthgrpc.NewHealthClient(conn)})
 	t.Cleanup(func() { g.Close() })
@@ -52,16 +39,12 @@ func TestReadyzFollowsTheCoordinatorsHealth(t *testing.T) {
 	}
 	testcluster.WaitFor(t, "ready", func() bool { code, _ := readyz(); return code == http.StatusOK })
 
-	m.Close()
+	etcd.Stop()
 	testcluster.WaitFor(t, "not ready with etcd down", func() bool { code, _ := readyz(); return code == http.StatusServiceUnavailable })
 	if _, body := readyz(); !strings.Contains(body, "cannot decide calls") {
 		t.Fatalf("/readyz with etcd down says %q", body)
 	}
 
-	m2, err := embedetcd.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m2.Close() })
+	etcd.Start()
 	testcluster.WaitFor(t, "ready again", func() bool { code, _ := readyz(); return code == http.StatusOK })
 }

@@ -36,7 +36,9 @@ type session struct {
 	mu          sync.Mutex
 	inbound     map[string]*call
 	outbound    map[string]chan *jsonrpc.Message
-	notifier    sink // server-initiated messages; nil when the client cannot hear them
+	toward      map[string]*outReq // requests toward the client for calls (outbound.go)
+	clientCaps  json.RawMessage    // the capabilities the client declared in initialize
+	notifier    sink               // server-initiated messages; nil when the client cannot hear them
 	version     string
 	logLevel    string
 	nextOut     int64
@@ -142,7 +144,9 @@ func (s *session) handleResponse(m *jsonrpc.Message) {
 	s.mu.Unlock()
 	if ch != nil {
 		ch <- m
+		return
 	}
+	s.answered(m) // a call's request toward the client (outbound.go)
 }
 
 // cancelParams are notifications/cancelled's params.
@@ -177,6 +181,7 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	c := s.inbound[id.Key()]
 	_, outbound := s.outbound[id.Key()]
 	s.mu.Unlock()
+	outbound = outbound || s.isOutbound(id)
 	if c != nil {
 		c.requestCancel(pb.Initiator_INITIATOR_CLIENT, reason)
 		return

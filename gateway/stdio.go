@@ -58,6 +58,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) erro
 		if left {
 			s.setLeft(true)
 			s.cancelAll(pb.Initiator_INITIATOR_DISCONNECT, reason)
+			s.announceEnd(reason)
 		} else {
 			s.cancelAll(pb.Initiator_INITIATOR_SHUTDOWN, "the gateway is shutting down")
 		}

@@ -35,6 +35,8 @@ type Call struct {
 	exec      *execution
 	principal string
 	scopes    []string
+	session   string
+	logLevel  string
 }
 
 // Principal is who the gateway authenticated the caller as ("anonymous"

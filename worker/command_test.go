@@ -20,10 +20,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaks; the examples run an embedded etcd, whose
+// server lingers for a moment after Close.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.IgnoreLeaks()...) }
 
 // TestCommandKillsTheGroup starts a shell with a background grandchild,
 // cancels, and checks that Wait returns promptly and the grandchild died

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 )
 
@@ -62,7 +63,7 @@ func (w *Worker) Attached() <-chan struct{} { return w.ctrl.attached }
 
 // run attaches, and re-attaches after any failure, until ctx is done.
 func (c *control) run(ctx context.Context) error {
-	wait := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := c.session(ctx)
@@ -71,15 +72,9 @@ func (c *control) run(ctx context.Context) error {
 		}
 		c.w.log.Warn("control stream ended; re-attaching", "err", err)
 		if time.Since(start) > 5*time.Second {
-			wait = 50 * time.Millisecond
+			retry.Reset()
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(2*wait, 2*time.Second)
+		retry.Wait(ctx)
 	}
 	return nil
 }
@@ -241,6 +236,9 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient, heard *last
 		heard.now()
 		if stop := m.GetStop(); stop != nil {
 			c.w.stopCall(stop)
+		}
+		if end := m.GetSessionEnded(); end != nil {
+			c.w.sessionEnded(end.GetSession())
 		}
 	}
 }

@@ -49,7 +49,7 @@ func callArguments(req *pb.ExecuteRequest) (json.RawMessage, error) {
 			args = nil
 		}
 	}
-	if len(args) == 0 {
+	if len(args) == 0 || string(args) == "null" { // the gateway lets a client send "arguments": null
 		args = json.RawMessage(`{}`)
 	}
 	var obj map[string]json.RawMessage

@@ -1,12 +1,3 @@
-// Package worker is the runtime a tool author embeds to run MCP tools,
-// resources, prompts and completions on a worker fleet behind mcpcancel.
-// Register tools with Handle (and resources, templates, prompts and
-// completions with HandleResource, HandleResourceTemplate, HandlePrompt
-// and HandleCompletion), then Run: the
-// worker serves Execute to gateways, attaches to a coordinator (any
-// replica, reconnecting as needed), and settles each call there before a
-// result leaves it. A handler's context is cancelled the moment its call is
-// cancelled, wherever the cancellation came from.
 package worker
 
 import (
@@ -74,6 +65,11 @@ type Tool struct {
 	// before anything of it reached the client may then be retried once,
 	// on another worker.
 	Idempotent bool
+	// TaskSupport is MCP's execution.taskSupport: "" or TaskForbidden
+	// (the tool never runs as a task), TaskOptional or TaskRequired. A
+	// call that runs as a task keeps running when its gateway's stream
+	// ends; see tasks.go.
+	TaskSupport string
 }
 
 // ErrUnavailable, in a handler's error chain, says the worker lost what
@@ -112,6 +108,7 @@ type Worker struct {
 	running  sync.WaitGroup // handlers
 
 	ctrl    *control
+	hooks   sessionHooks
 	metrics *metrics
 	conn    *dial.Conn // redialled when found half-dead (see redial)
 	coord   pb.CoordinatorServiceClient
@@ -217,7 +214,7 @@ func (w *Worker) toolListLocked() []*pb.Tool {
 		out = append(out, &pb.Tool{
 			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
 			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
-			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent,
+			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent, TaskSupport: r.tool.TaskSupport,
 		})
 	}
 	return out

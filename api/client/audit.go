@@ -34,6 +34,27 @@ type AuditRecord struct {
 	StoppedAt   *time.Time      `json:"stopped_at"`
 	RetryOf     string          `json:"retry_of,omitempty"`
 	TraceID     string          `json:"trace_id,omitempty"`
+	// ChildRequests are the requests the call sent toward its client.
+	ChildRequests []ChildRequest `json:"child_requests,omitempty"`
+	// The MCP task the call runs, if it runs one.
+	TaskID string `json:"task_id,omitempty"`
+}
+
+// ChildRequest is a request a call sent toward its client and how it
+// ended (see the proto's ChildRequest for the outcomes).
+type ChildRequest struct {
+	Seq     int64  `json:"seq"`
+	Method  string `json:"method"`
+	Outcome string `json:"outcome"`
+}
+
+// ChildRequestsFromProto converts wire child requests.
+func ChildRequestsFromProto(ps []*pb.ChildRequest) []ChildRequest {
+	var out []ChildRequest
+	for _, p := range ps {
+		out = append(out, ChildRequest{Seq: p.GetSeq(), Method: p.GetMethod(), Outcome: p.GetOutcome()})
+	}
+	return out
 }
 
 var initiatorNames = map[pb.Initiator]string{
@@ -68,10 +89,13 @@ func (a *AuditRecord) Proto() *pb.AuditRecord {
 		RequestId: id, Tool: a.Tool, Worker: a.Worker,
 		Gateway: a.Gateway, Outcome: a.Outcome, Initiator: InitiatorFromName(a.Initiator),
 		Reason: a.Reason, RequestedAt: timestamp(a.RequestedAt), SettledAt: timestamp(a.SettledAt),
-		RetryOf: a.RetryOf, TraceId: a.TraceID, Method: a.Method,
+		RetryOf: a.RetryOf, TraceId: a.TraceID, Method: a.Method, TaskId: a.TaskID,
 	}
 	if a.StoppedAt != nil {
 		p.StoppedAt = timestamppb.New(*a.StoppedAt)
+	}
+	for _, c := range a.ChildRequests {
+		p.ChildRequests = append(p.ChildRequests, &pb.ChildRequest{Seq: c.Seq, Method: c.Method, Outcome: c.Outcome})
 	}
 	return p
 }
@@ -83,7 +107,8 @@ func AuditFromProto(p *pb.AuditRecord) *AuditRecord {
 		RequestID: RequestIDJSON(p.GetRequestId()), Tool: p.GetTool(), Worker: p.GetWorker(),
 		Gateway: p.GetGateway(), Outcome: p.GetOutcome(), Initiator: InitiatorName(p.GetInitiator()),
 		Reason: p.GetReason(), RequestedAt: p.GetRequestedAt().AsTime(), SettledAt: p.GetSettledAt().AsTime(),
-		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), Method: p.GetMethod(),
+		RetryOf: p.GetRetryOf(), TraceID: p.GetTraceId(), Method: p.GetMethod(), TaskID: p.GetTaskId(),
+		ChildRequests: ChildRequestsFromProto(p.GetChildRequests()),
 	}
 	if p.GetStoppedAt() != nil {
 		t := p.GetStoppedAt().AsTime()

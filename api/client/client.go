@@ -42,6 +42,10 @@ var (
 	ErrNotRetryable    = &Error{"NOT_RETRYABLE"}
 	ErrSessionClosed   = &Error{"SESSION_CLOSED"}
 	ErrEtcdUnavailable = &Error{"ETCD_UNAVAILABLE"}
+	// ErrUnknownTask: no such task of the asking principal (or it expired).
+	ErrUnknownTask = &Error{"UNKNOWN_TASK"}
+	// ErrTooManyTasks: the principal holds as many tasks as it may.
+	ErrTooManyTasks = &Error{"TOO_MANY_TASKS"}
 )
 
 var byReason = map[string]*Error{}
@@ -50,6 +54,7 @@ func init() {
 	for _, e := range []*Error{
 		ErrInvalidArgument, ErrUnknownTool, ErrNoCapacity, ErrDuplicate, ErrUnknownCall,
 		ErrFenceMismatch, ErrNotOwner, ErrWorkerNameInUse, ErrNotRetryable, ErrSessionClosed, ErrEtcdUnavailable,
+		ErrUnknownTask, ErrTooManyTasks,
 	} {
 		byReason[e.reason] = e
 	}

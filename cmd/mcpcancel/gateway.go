@@ -38,6 +38,8 @@ type gatewayFlags struct {
 	callTimeout, grace, ping, writeTimeout time.Duration
 	scopeLimit, globalLimit                int
 	logLevel                               *slog.Level
+	stateKeyFile                           string // statekey.go
+	stateKey                               []byte
 }
 
 func (o *gatewayFlags) register(f *cmdline.Flags, withCoordinator bool) {
@@ -60,6 +62,7 @@ func (o *gatewayFlags) register(f *cmdline.Flags, withCoordinator bool) {
 	f.IntVar(&o.scopeLimit, "scope-limit", 256, "most calls in flight per session or connection")
 	f.IntVar(&o.globalLimit, "global-limit", 10000, "most calls in flight on this gateway")
 	f.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics and /debug/pprof/ on (also with --stdio); empty serves none")
+	f.StringVar(&o.stateKeyFile, "state-key-file", "", "`file` holding the key (64 hex digits) that seals 2026-07-28 requestState; replicas serving the same clients share it; empty: a key of this process's own")
 	o.logLevel = f.LogLevel()
 }
 
@@ -69,6 +72,9 @@ func (o *gatewayFlags) check() error {
 		return cmdline.Usage(errors.New("--call-timeout, --shutdown-grace and --write-timeout must be positive"))
 	case o.scopeLimit <= 0 || o.globalLimit <= 0:
 		return cmdline.Usage(errors.New("--scope-limit and --global-limit must be positive"))
+	}
+	if err := o.loadStateKey(); err != nil {
+		return err
 	}
 	return o.oauth.check(o)
 }
@@ -103,7 +109,8 @@ func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, e
 }
 
 // options builds the gateway's options over conn, the coordinators'
-// connection: their API, and their health for /readyz.
+// connection: their API, and their health for /readyz. A *dial.Conn is
+// redialled when the gateway finds it half-dead.
 func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) gateway.Options {
 	var origins []string
 	for _, s := range strings.Split(o.origins, ",") {
@@ -111,12 +118,17 @@ func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) 
 			origins = append(origins, s)
 		}
 	}
-	return gateway.Options{
-		Coordinator: pb.NewCoordinatorServiceClient(conn), CoordinatorHealth: healthgrpc.NewHealthClient(conn),
+	opts := gateway.Options{
 		Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit, WriteTimeout: o.writeTimeout,
 		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: cmdline.Version(), Logger: log,
-		Auth: o.oauth.options(o),
+		Auth: o.oauth.options(o), StateKey: o.stateKey,
 	}
+	if dc, ok := conn.(*dial.Conn); ok {
+		opts.CoordinatorConn = dc
+	} else {
+		opts.Coordinator, opts.CoordinatorHealth = pb.NewCoordinatorServiceClient(conn), healthgrpc.NewHealthClient(conn)
+	}
+	return opts
 }
 
 func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
@@ -135,7 +147,7 @@ func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial.New(o.coordinator, sec.DialOptions(tlsconfig.RoleCoordinator)...)
+	conn, err := dial.Open(o.coordinator, sec.DialOptions(tlsconfig.RoleCoordinator)...)
 	if err != nil {
 		return err
 	}

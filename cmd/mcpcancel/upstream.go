@@ -20,6 +20,8 @@ import (
 type upstreamFlags struct {
 	stdio, http, config string
 	maxConcurrency      int
+	sessions            string
+	maxSessions         int
 	// The adapter's own credentials for --upstream-http; never a client's.
 	headerFile, tokenURL, clientID, clientSecretFile, scopes string
 }
@@ -32,6 +34,8 @@ func (u *upstreamFlags) register(f *cmdline.Flags, limits bool) {
 	f.StringVar(&u.stdio, "upstream-stdio", "", "front the MCP server this `command` runs, over its stdio ('CMD ARGS...', split like a shell without expansion)")
 	f.StringVar(&u.http, "upstream-http", "", "front the MCP server at this Streamable HTTP `URL`")
 	f.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
+	f.StringVar(&u.sessions, "upstream-sessions", string(upstream.PerClient), "`per-client`: each client session gets an upstream session of its own (a process each over stdio), as if it talked to the server directly; shared: one connection for all clients")
+	f.IntVar(&u.maxSessions, "upstream-max-sessions", 0, "most per-client upstream sessions at once (default 32 processes over stdio, 1024 sessions over HTTP); when full, the least recently used idle one is closed")
 	if limits {
 		f.IntVar(&u.maxConcurrency, "max-concurrency", 0, "most calls forwarded to the upstream server at once; 0 means no limit")
 		f.StringVar(&u.headerFile, "upstream-header-file", "", "secret `file` with the header (\"Name: value\", or a bare bearer token) the adapter sends to --upstream-http, reread when it changes")
@@ -48,6 +52,8 @@ func (u *upstreamFlags) check() error {
 	switch {
 	case u.stdio != "" && u.http != "":
 		return errors.New("pass one of --upstream-stdio and --upstream-http, not both")
+	case u.maxSessions < 0:
+		return fmt.Errorf("--upstream-max-sessions must not be negative, not %d", u.maxSessions)
 	case u.maxConcurrency < 0:
 		return fmt.Errorf("--max-concurrency must not be negative, not %d", u.maxConcurrency)
 	case !u.set() && (u.config != "" || u.maxConcurrency != 0):
@@ -64,12 +70,19 @@ func (u *upstreamFlags) check() error {
 			return fmt.Errorf("--upstream-stdio: %w", err)
 		}
 	}
+	if _, err := upstream.ParseSessionMode(u.sessions); err != nil {
+		return fmt.Errorf("--upstream-sessions: %w", err)
+	}
 	return nil
 }
 
 // adapter builds the adapter for w.
 func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.Adapter, error) {
-	opts := upstream.Options{URL: u.http, MaxConcurrency: u.maxConcurrency, Logger: log.With("part", "upstream")}
+	mode, err := upstream.ParseSessionMode(u.sessions)
+	if err != nil {
+		return nil, err
+	}
+	opts := upstream.Options{URL: u.http, MaxConcurrency: u.maxConcurrency, Sessions: mode, MaxSessions: u.maxSessions, Logger: log.With("part", "upstream")}
 	if u.stdio != "" {
 		cmd, err := upstream.SplitCommand(u.stdio)
 		if err != nil {

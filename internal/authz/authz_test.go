@@ -50,7 +50,7 @@ func startCoordinator(t *testing.T, src *tlsconfig.Source) string {
 		t.Fatal(err)
 	}
 	srv := coordinator.New(coordinator.Options{Client: cl.Client()})
-	gs := grpc.NewServer(append([]grpc.ServerOption{src.ServerOption()}, authz.Coordinator().ServerOptions()...)...)
+	gs := testcluster.GRPCServer(append([]grpc.ServerOption{src.ServerOption()}, authz.Coordinator().ServerOptions()...)...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)

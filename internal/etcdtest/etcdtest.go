@@ -1,5 +1,6 @@
 // Package etcdtest runs real embedded etcd members for tests: a single
-// member, or a cluster whose members can be stopped to exercise faults.
+// member, a cluster whose members can be stopped to exercise faults, or
+// a member restarted on its own data (Restartable).
 package etcdtest
 
 import (

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestKeepalive is the keepalive of the servers tests start: a silent
@@ -143,4 +144,10 @@ func (w *Worker) Stop() {
 // Client dials the worker's Execute service.
 func (w *Worker) Client(t testing.TB) pb.WorkerServiceClient {
 	return pb.NewWorkerServiceClient(Conn(t, w.Addr))
+}
+
+// GRPCServer builds a test's gRPC server with the production constructor
+// (its interceptors, limits and, here, TestKeepalive), plus opts.
+func GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	return grpcserver.New(discard, prometheus.NewRegistry(), TestKeepalive, opts...)
 }

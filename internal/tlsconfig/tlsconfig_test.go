@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig/testpki"
 )
@@ -39,7 +40,7 @@ func serve(t *testing.T, src *tlsconfig.Source) *server {
 		t.Fatal(err)
 	}
 	s := &server{addr: lis.Addr().String()}
-	gs := grpc.NewServer(src.ServerOption(), grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	gs := testcluster.GRPCServer(src.ServerOption(), grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		p, _ := peer.FromContext(ctx)
 		info := p.AuthInfo.(credentials.TLSInfo)
 		s.mu.Lock()

@@ -30,7 +30,7 @@ type operator struct {
 	rec     *linearize.Recorder
 	conns   []*grpc.ClientConn
 	clients []pb.CoordinatorServiceClient
-	keys    []*pb.CallKey
+	start   time.Time // epochs count from here
 
 	mu    sync.Mutex
 	calls map[string][]*pb.BeginResponse // by model key, oldest first
@@ -52,13 +52,35 @@ func newOperator(c *Cluster) (*operator, error) {
 		op.conns = append(op.conns, cc)
 		op.clients = append(op.clients, pb.NewCoordinatorServiceClient(cc))
 	}
-	for s := range 4 {
-		for i := range 6 {
-			op.keys = append(op.keys, &pb.CallKey{Scope: fmt.Sprintf("conn:operator-%d", s),
+	op.start = time.Now()
+	return op, nil
+}
+
+// keyEpoch is how long the operator works on one set of keys before it
+// moves to fresh ones. An operation of unknown outcome (it timed out in a
+// fault) may take effect at any later time, so the checker must try it
+// everywhere after it in its key's history: over a 30-minute soak on the
+// same 24 keys that search outgrew its 2 minutes (result Unknown, 439
+// such operations in 45,658). Calls are independent per key, so checking
+// each key apart is exact, and fresh keys keep each history short.
+const keyEpoch = 30 * time.Second
+
+// opScopes and opKeysPerScope shape an epoch's keys: 4 scopes of 6.
+const opScopes, opKeysPerScope = 4, 6
+
+// epoch is the current key epoch.
+func (op *operator) epoch() int { return int(time.Since(op.start) / keyEpoch) }
+
+// keysOf lists epoch e's keys.
+func keysOf(e int) []*pb.CallKey {
+	var out []*pb.CallKey
+	for s := range opScopes {
+		for i := range opKeysPerScope {
+			out = append(out, &pb.CallKey{Scope: fmt.Sprintf("conn:operator-%d-%d", e, s),
 				RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: int64(i)}}})
 		}
 	}
-	return op, nil
+	return out
 }
 
 func (op *operator) close() {
@@ -86,7 +108,8 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 	cl := op.clients[r.IntN(len(op.clients))]
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	k := op.keys[r.IntN(len(op.keys))]
+	keys := keysOf(op.epoch())
+	k := keys[r.IntN(len(keys))]
 	mk := linearize.Key(k)
 	b := op.pick(r, mk)
 	switch x := r.IntN(100); {
@@ -115,10 +138,16 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 	}
 }
 
-// finish cancels every call the operator left running (recorded like
-// the rest), so that settling does not wait for their deadlines.
+// finish cancels every call the operator left running in the last two
+// epochs (recorded like the rest), so that settling does not wait for
+// their deadlines; older ones are past them (callTimeout < keyEpoch).
 func (op *operator) finish(ctx context.Context) {
-	for _, k := range op.keys {
+	e := op.epoch()
+	keys := keysOf(e)
+	if e > 0 {
+		keys = append(keysOf(e-1), keys...)
+	}
+	for _, k := range keys {
 		for try := 0; try < 5 && ctx.Err() == nil; try++ {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			_, err := op.clients[try%len(op.clients)].Cancel(cctx, &pb.CancelRequest{

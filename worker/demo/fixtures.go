@@ -45,7 +45,9 @@ func RegisterFixtures(w *worker.Worker) {
 	fixture("test_tool_with_logging", "Sends three log messages while it runs.", withLogging)
 	fixture("test_tool_with_progress", "Reports progress three times.", withProgress)
 	registerDiagnostics(w)
+	registerToward(w)
 	registerFixtureOffers(w)
+	registerTaskFixtures(w)
 }
 
 func fixed(r *worker.Result) worker.Handler {

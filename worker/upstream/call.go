@@ -23,6 +23,15 @@ var errToolTimeout = errors.New("upstream: tool timeout")
 // still comes, is dropped.
 func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 	tc := a.opts.Config.Tool(c.Tool)
+	// The upstream session first: starting a client session's own server
+	// (per-client, stdio) is bounded by ConnectWait, not by the tool's
+	// timeout, which bounds the tool.
+	s, done, err := a.sessionFor(ctx, c)
+	if err != nil {
+		return nil, a.callFailed(ctx, c, tc, err)
+	}
+	var upErr error
+	defer func() { done(upErr) }()
 	if tc.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(tc.Timeout), errToolTimeout)
@@ -33,24 +42,29 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 		return nil, callErr(ctx, c, tc, err)
 	}
 	defer release()
+	defer a.calls.add(ctx, c)()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
-	s, err := a.session(ctx)
-	var res *worker.Result
-	if err == nil {
-		res, err = a.callTool(ctx, s, c, r)
+	ctx = withRelay(ctx, r)
+	res, err := a.callTool(ctx, s, c, r)
+	if err != nil {
+		upErr = err
+		return nil, a.callFailed(ctx, c, tc, err)
 	}
+	return res, nil
+}
+
+// callFailed explains why a call got no result.
+func (a *Adapter) callFailed(ctx context.Context, c *worker.Call, tc ToolConfig, err error) error {
 	switch {
-	case err == nil:
-		return res, nil
 	case ctx.Err() != nil:
-		return nil, callErr(ctx, c, tc, ctx.Err())
+		return callErr(ctx, c, tc, ctx.Err())
 	case errors.Is(err, ErrServerGone) || errors.Is(err, ErrUnavailable):
 		// The worker lost its server, not the tool its call: an idempotent
 		// tool's call may be retried on another worker.
-		return nil, worker.Unavailable(err)
+		return worker.Unavailable(err)
 	default:
-		return nil, err
+		return err
 	}
 }
 
@@ -59,6 +73,7 @@ func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.
 	if r.token != "" {
 		p.SetProgressToken(r.token)
 	}
+	setLogLevel(p, c.LogLevel())
 	withTrace(ctx, p) // trace.go
 	res, err := s.CallTool(ctx, p)
 	switch {

@@ -127,39 +127,56 @@ func postCancel(t *testing.T, url, sessionID string, id json.RawMessage) {
 }
 
 // TestServerKilledMidCall: the server's process group is killed while a
-// call runs. The call fails with a clear error result, the adapter starts
-// the server again, and the next call succeeds.
+// call runs. The call fails with a clear error result, and the next call
+// succeeds: on the shared connection the adapter starts the server again;
+// a client session's own server is started afresh at its next call.
 func TestServerKilledMidCall(t *testing.T) {
-	cmd, _ := stdioEverything(t)
-	st := startStack(t, upstream.Options{Command: cmd}, longOp, "echo")
-	s := connect(t, st.url)
-	done := callInBackground(t, s, callParams(longOp, `{"duration":60,"steps":60}`))
-	s.waitProgress(t) // the server is working on the call
-	pid := st.adapter.PID()
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	o := await(t, done, "its server was killed")
-	if o.err != nil || !o.res.IsError || !strings.Contains(text(o.res), "went away during the call") {
-		t.Fatalf("call = %q, %v; want an error result saying the server went away", text(o.res), o.err)
-	}
-	t.Logf("the client got: %s", text(o.res))
-	// The worker lost its server: not the tool's own failure.
-	checkAudit(t, st, longOp, "failed", "worker_lost")
+	for _, mode := range []upstream.SessionMode{upstream.Shared, upstream.PerClient} {
+		t.Run(string(mode), func(t *testing.T) {
+			cmd, _ := stdioEverything(t)
+			st := startStack(t, upstream.Options{Command: cmd, Sessions: mode}, longOp, "echo")
+			s := connect(t, st.url)
+			done := callInBackground(t, s, callParams(longOp, `{"duration":60,"steps":60}`))
+			s.waitProgress(t) // the server is working on the call
+			pid := st.adapter.PID()
+			if mode == upstream.PerClient {
+				pid = st.adapter.SessionPIDs()[0]
+			}
+			if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			o := await(t, done, "its server was killed")
+			if o.err != nil || !o.res.IsError || !strings.Contains(text(o.res), "went away during the call") {
+				t.Fatalf("call = %q, %v; want an error result saying the server went away", text(o.res), o.err)
+			}
+			t.Logf("the client got: %s", text(o.res))
+			// The worker lost its server: not the tool's own failure.
+			checkAudit(t, st, longOp, "failed", "worker_lost")
 
-	testcluster.WaitFor(t, "the restarted server", func() bool { p := st.adapter.PID(); return p != 0 && p != pid })
-	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "again"}})
-	if err != nil || res.IsError || text(res) != "Echo: again" {
-		t.Fatalf("echo after the restart = %+v, %v", res, err)
+			if mode == upstream.Shared {
+				testcluster.WaitFor(t, "the restarted server", func() bool { p := st.adapter.PID(); return p != 0 && p != pid })
+			}
+			res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "again"}})
+			if err != nil || res.IsError || text(res) != "Echo: again" {
+				t.Fatalf("echo after the restart = %+v, %v", res, err)
+			}
+			if mode == upstream.PerClient {
+				if pids := st.adapter.SessionPIDs(); len(pids) != 1 || pids[0] == pid {
+					t.Fatalf("the client session's servers: %v; want a new one in place of %d", pids, pid)
+				}
+			}
+		})
 	}
 }
 
 // TestIDsNeverConfused: two sessions call the same tool with the same
 // client request id at once. Upstream they have different ids; cancelling
-// one cancels only it upstream, and the other completes.
+// one cancels only it upstream, and the other completes. Both go over
+// the shared connection, where their upstream ids share one space (each
+// client session's own connection has a space of its own).
 func TestIDsNeverConfused(t *testing.T) {
 	cmd, tp := stdioEverything(t)
-	st := startStack(t, upstream.Options{Command: cmd}, longOp)
+	st := startStack(t, upstream.Options{Command: cmd, Sessions: upstream.Shared}, longOp)
 	a, b := connect(t, st.url), connect(t, st.url)
 	ctxA, cancelA := context.WithCancel(t.Context())
 	defer cancelA()

@@ -26,11 +26,16 @@ type conn struct {
 
 // dial starts the child (for Command) or connects over HTTP (for URL),
 // and initializes an MCP session with it.
-func (a *Adapter) dial(ctx context.Context, client *mcp.Client) (*conn, error) {
+//
+// With callLogs, the log messages the server sends on a request's response
+// stream (HTTP) go to the call that made the request; the shared
+// connection's do, as it belongs to no client session. A client
+// session's own connection hands every log to its session instead.
+func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.ConnectWait)
 	defer cancel()
 	if a.opts.URL != "" {
-		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay)}
+		t := taskTransport{&mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}, &a.taskSupport}
 		sess, err := client.Connect(ctx, t, nil)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", a.opts.URL, err)
@@ -39,7 +44,7 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client) (*conn, error) {
 		return &conn{sess: sess}, nil
 	}
 	cmd := a.command()
-	t := inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}
+	t := taskTransport{inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}
 	sess, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if cmd.Process != nil && cmd.ProcessState == nil {

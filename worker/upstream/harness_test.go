@@ -49,7 +49,7 @@ type stack struct {
 // startStack runs the adapter with opts (its Logger set to the test log)
 // on a worker behind a gateway, and waits until the coordinator lists
 // every tool in want.
-func startStack(t *testing.T, opts upstream.Options, want ...string) *stack {
+func startStack(t testing.TB, opts upstream.Options, want ...string) *stack {
 	t.Helper()
 	st := startBare(t)
 	st.adapter, st.stopAdapter = st.startAdapter(t, "adapter", opts)
@@ -65,7 +65,7 @@ func startStack(t *testing.T, opts upstream.Options, want ...string) *stack {
 }
 
 // startBare runs etcd, a coordinator and a gateway, with no worker.
-func startBare(t *testing.T) *stack {
+func startBare(t testing.TB) *stack {
 	t.Helper()
 	e := etcdtest.Single(t)
 	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
@@ -77,7 +77,7 @@ func startBare(t *testing.T) *stack {
 // startAdapter runs an adapter with opts on a worker of its own named
 // name, and waits until it has registered its tools. stop stops it (as
 // at shutdown); it is idempotent.
-func (st *stack) startAdapter(t *testing.T, name string, opts upstream.Options) (a *upstream.Adapter, stop func()) {
+func (st *stack) startAdapter(t testing.TB, name string, opts upstream.Options) (a *upstream.Adapter, stop func()) {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
@@ -112,7 +112,7 @@ func (st *stack) startAdapter(t *testing.T, name string, opts upstream.Options) 
 }
 
 // waitTools polls the coordinator's tool list until ok holds.
-func (st *stack) waitTools(t *testing.T, ok func(map[string]*pb.Tool) bool) map[string]*pb.Tool {
+func (st *stack) waitTools(t testing.TB, ok func(map[string]*pb.Tool) bool) map[string]*pb.Tool {
 	t.Helper()
 	var tools map[string]*pb.Tool
 	testcluster.WaitFor(t, "the coordinator's tool list", func() bool {
@@ -145,7 +145,7 @@ func (st *stack) audits(t *testing.T, tool string) []*coordinator.AuditRecord {
 
 // everything returns the path of server-everything's entry point,
 // installing the pinned npm packages first if needed.
-func everything(t *testing.T) string {
+func everything(t testing.TB) string {
 	t.Helper()
 	return filepath.Join(nodetest.Install(t), "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 }
@@ -291,7 +291,7 @@ func count(evs []event, name string) int {
 }
 
 // testLogger logs to the test's log while it runs.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	w := &testWriter{t: t}
 	t.Cleanup(w.stop)
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -299,7 +299,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type testWriter struct {
 	mu   sync.Mutex
-	t    *testing.T
+	t    testing.TB
 	done bool
 }
 

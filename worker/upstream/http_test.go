@@ -21,7 +21,7 @@ import (
 
 // httpEverything runs server-everything in Streamable HTTP mode and
 // returns its URL.
-func httpEverything(t *testing.T) string {
+func httpEverything(t testing.TB) string {
 	t.Helper()
 	script := everything(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -68,9 +68,17 @@ func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
 		return nil, err
 	}
 	defer release()
-	s, err := a.session(ctx)
+	s, done, err := a.sessionFor(ctx, c)
 	if err != nil {
+		if errors.Is(err, ErrSessionsFull) {
+			return nil, err
+		}
 		return nil, worker.Unavailable(err)
+	}
+	var upErr error
+	defer func() { done(upErr) }()
+	if skip := a.sharedSubscription(c); skip {
+		return struct{}{}, nil // another client session still wants the resource
 	}
 	res, err := forward(ctx, s, c)
 	var rpcErr *jsonrpc.Error
@@ -82,7 +90,8 @@ func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
 	case errors.As(err, &rpcErr):
 		return nil, rpcErr // the server's own answer, for the client
 	default:
-		return nil, worker.Unavailable(fmt.Errorf("%w (%v); the adapter is reconnecting to it", ErrServerGone, err))
+		upErr = fmt.Errorf("%w (%v); the adapter is reconnecting to it", ErrServerGone, err)
+		return nil, worker.Unavailable(upErr)
 	}
 }
 

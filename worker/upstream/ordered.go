@@ -60,7 +60,10 @@ func (c *orderedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // before the SDK sees anything that follows it on the wire. It does for
 // streamable HTTP what inWireOrder does for stdio, at the one layer the
 // SDK leaves open (its HTTP client).
-func tapProgress(hc *http.Client, progress func(*mcp.ProgressNotificationParams)) *http.Client {
+//
+// With callLogs it also hands the log messages on a request's response
+// stream to the call whose context made the request (relayFrom).
+func tapProgress(hc *http.Client, progress func(*mcp.ProgressNotificationParams), callLogs bool) *http.Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -69,19 +72,24 @@ func tapProgress(hc *http.Client, progress func(*mcp.ProgressNotificationParams)
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c.Transport = progressTap{base: base, progress: progress}
+	c.Transport = progressTap{base: base, progress: progress, callLogs: callLogs}
 	return &c
 }
 
 type progressTap struct {
 	base     http.RoundTripper
 	progress func(*mcp.ProgressNotificationParams)
+	callLogs bool
 }
 
 func (t progressTap) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = &sseTap{ReadCloser: resp.Body, progress: t.progress}
+		tap := &sseTap{ReadCloser: resp.Body, progress: t.progress}
+		if r := relayFrom(req.Context()); t.callLogs && r != nil {
+			tap.log = r.log
+		}
+		resp.Body = tap
 	}
 	return resp, err
 }
@@ -94,9 +102,10 @@ const maxTappedEvent = 64 << 10
 type sseTap struct {
 	io.ReadCloser
 	progress func(*mcp.ProgressNotificationParams)
-	line     []byte // the line being read
-	data     []byte // the event's data so far
-	skip     bool   // the event is too large to be progress
+	log      func(*mcp.LoggingMessageParams) // nil: logs are not the call's
+	line     []byte                          // the line being read
+	data     []byte                          // the event's data so far
+	skip     bool                            // the event is too large to be progress
 }
 
 func (s *sseTap) Read(p []byte) (int, error) {
@@ -143,6 +152,10 @@ func (s *sseTap) endLine() {
 }
 
 func (s *sseTap) dispatch() {
+	if s.log != nil && bytes.Contains(s.data, []byte(`"notifications/message"`)) {
+		s.dispatchLog()
+		return
+	}
 	if !bytes.Contains(s.data, []byte(`"notifications/progress"`)) {
 		return
 	}
@@ -153,5 +166,16 @@ func (s *sseTap) dispatch() {
 	}
 	if json.Unmarshal(s.data, &m) == nil && m.ID == nil && m.Method == "notifications/progress" && m.Params != nil {
 		s.progress(m.Params)
+	}
+}
+
+func (s *sseTap) dispatchLog() {
+	var m struct {
+		ID     json.RawMessage           `json:"id"`
+		Method string                    `json:"method"`
+		Params *mcp.LoggingMessageParams `json:"params"`
+	}
+	if json.Unmarshal(s.data, &m) == nil && m.ID == nil && m.Method == "notifications/message" && m.Params != nil {
+		s.log(m.Params)
 	}
 }

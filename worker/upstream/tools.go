@@ -38,6 +38,7 @@ func (a *Adapter) registerTools(ctx context.Context, s *mcp.ClientSession) error
 		}
 		seen[t.Name] = true
 		wt.Idempotent = a.opts.Config.Tool(t.Name).Idempotent
+		wt.TaskSupport = a.taskSupport.get(t.Name)
 		tools = append(tools, wt)
 	}
 	a.w.SetTools(tools, a.handle)

@@ -71,6 +71,15 @@ type Options struct {
 	// TerminateWait is how long shutdown waits for the child to exit after
 	// its stdin is closed, before killing its process group (default 2s).
 	TerminateWait time.Duration
+	// Sessions says whether each client session gets an upstream session
+	// of its own (PerClient, the default) or all share one (Shared).
+	Sessions SessionMode
+	// MaxSessions caps the per-client upstream sessions: child processes
+	// over stdio (default 32), MCP sessions over HTTP (default 1024).
+	MaxSessions int
+	// IdleTimeout closes a per-client upstream session unused this long
+	// (default 10m).
+	IdleTimeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -82,7 +91,11 @@ type Adapter struct {
 	log  *slog.Logger
 	sem  chan struct{} // nil when unbounded
 
-	tokens progressRoutes
+	tokens      progressRoutes
+	pool        *pool
+	subs        sharedSubs
+	calls       inflight     // for requests toward the client (toward.go)
+	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
@@ -117,11 +130,22 @@ func New(w *worker.Worker, opts Options) *Adapter {
 	if opts.Config == nil {
 		opts.Config = &Config{}
 	}
+	if opts.Sessions == "" {
+		opts.Sessions = PerClient
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = defaultSessionIdleClose
+	}
 	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), changed: make(chan struct{}), ready: make(chan struct{})}
 	if opts.MaxConcurrency > 0 {
 		a.sem = make(chan struct{}, opts.MaxConcurrency)
 	}
 	a.tokens.m = map[string]*relay{}
+	a.pool = newPool(a)
+	if opts.Sessions == PerClient {
+		w.OnSessionEnd(a.pool.end)
+	}
+	w.OnSessionEnd(a.subs.forgetSession)
 	return a
 }
 
@@ -155,6 +179,10 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	a.started = true
 	a.mu.Unlock()
+	a.pool.start(ctx)
+	pooled := make(chan struct{})
+	go func() { a.pool.run(ctx); close(pooled) }() // ends with ctx; waited below
+	defer func() { <-pooled }()
 	retry := backoff.Backoff{Min: a.opts.MinBackoff, Max: a.opts.MaxBackoff}
 	for {
 		start := time.Now()
@@ -183,18 +211,11 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 		default:
 		}
 	}
-	opts := &mcp.ClientOptions{
-		// No roots, sampling or elicitation: the adapter has none to offer.
-		Capabilities:               &mcp.ClientCapabilities{},
-		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { poke(refresh) },
-		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { poke(refreshOffers) },
-		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { poke(refreshOffers) },
-	}
-	// No ProgressNotificationHandler: the SDK would deliver progress on a
-	// goroutine of its own, after the result it preceded. The transport
-	// relays it in wire order instead (inWireOrder, tapProgress).
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
-	conn, err := a.dial(ctx, client)
+	opts := clientOptions(a, "")
+	opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { poke(refresh) }
+	opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { poke(refreshOffers) }
+	opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { poke(refreshOffers) }
+	conn, err := a.dial(ctx, a.newClient(opts), true)
 	if err != nil {
 		return err
 	}
@@ -226,6 +247,16 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// newClient is an MCP client with opts. It has no
+// ProgressNotificationHandler: the SDK would deliver progress on a
+// goroutine of its own, after the result it preceded. The transport relays
+// it in wire order instead (inWireOrder, tapProgress).
+func (a *Adapter) newClient(opts *mcp.ClientOptions) *mcp.Client {
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
+	client.AddReceivingMiddleware(a.relayToClient) // requests toward the client (toward.go)
+	return client
 }
 
 func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {

@@ -362,7 +362,9 @@ type CancelRequest struct {
 	// The principal asking; must match the call's principal when set.
 	Principal string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
 	// When the handler really returned, if it already has (workers only).
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +448,13 @@ func (x *CancelRequest) GetPrincipal() string {
 func (x *CancelRequest) GetStoppedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
 	}
 	return nil
 }
@@ -607,9 +616,15 @@ type CompleteRequest struct {
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
 	// The result is the tool's own error (an MCP result with isError): the
 	// call completes, and is audited as "tool_error" rather than "completed".
-	ToolError     bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolError bool `protobuf:"varint,3,opt,name=tool_error,json=toolError,proto3" json:"tool_error,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
+	// For a task's call: the result (an MCP CallToolResult, as JSON), which
+	// the coordinator stores with the decision so that any gateway serves
+	// it. A result over the size bound fails the task instead.
+	TaskResultJson []byte `protobuf:"bytes,30,opt,name=task_result_json,json=taskResultJson,proto3" json:"task_result_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -661,6 +676,20 @@ func (x *CompleteRequest) GetToolError() bool {
 		return x.ToolError
 	}
 	return false
+}
+
+func (x *CompleteRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetTaskResultJson() []byte {
+	if x != nil {
+		return x.TaskResultJson
+	}
+	return nil
 }
 
 type CompleteResponse struct {
@@ -732,7 +761,9 @@ type FailRequest struct {
 	Initiator Initiator              `protobuf:"varint,2,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	Reason    string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When the handler really returned, if it has.
-	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The requests the call sent toward its client, for its audit record.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -791,6 +822,13 @@ func (x *FailRequest) GetReason() string {
 func (x *FailRequest) GetStoppedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoppedAt
+	}
+	return nil
+}
+
+func (x *FailRequest) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
 	}
 	return nil
 }
@@ -867,6 +905,7 @@ type AttachRequest struct {
 	//	*AttachRequest_Detach
 	//	*AttachRequest_ToolsChanged
 	//	*AttachRequest_Heartbeat
+	//	*AttachRequest_Notification
 	Msg           isAttachRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -963,6 +1002,15 @@ func (x *AttachRequest) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *AttachRequest) GetNotification() *SessionNotification {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachRequest_Notification); ok {
+			return x.Notification
+		}
+	}
+	return nil
+}
+
 type isAttachRequest_Msg interface {
 	isAttachRequest_Msg()
 }
@@ -998,6 +1046,11 @@ type AttachRequest_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,6,opt,name=heartbeat,proto3,oneof"`
 }
 
+type AttachRequest_Notification struct {
+	// A notification for client sessions, unrelated to any call.
+	Notification *SessionNotification `protobuf:"bytes,50,opt,name=notification,proto3,oneof"`
+}
+
 func (*AttachRequest_Hello) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Stopped) isAttachRequest_Msg() {}
@@ -1009,6 +1062,8 @@ func (*AttachRequest_Detach) isAttachRequest_Msg() {}
 func (*AttachRequest_ToolsChanged) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Heartbeat) isAttachRequest_Msg() {}
+
+func (*AttachRequest_Notification) isAttachRequest_Msg() {}
 
 type WorkerHello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1347,6 +1402,7 @@ type AttachResponse struct {
 	//	*AttachResponse_Attached
 	//	*AttachResponse_Stop
 	//	*AttachResponse_Heartbeat
+	//	*AttachResponse_SessionEnded
 	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1416,6 +1472,15 @@ func (x *AttachResponse) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *AttachResponse) GetSessionEnded() *SessionEnded {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_SessionEnded); ok {
+			return x.SessionEnded
+		}
+	}
+	return nil
+}
+
 type isAttachResponse_Msg interface {
 	isAttachResponse_Msg()
 }
@@ -1435,11 +1500,132 @@ type AttachResponse_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
+type AttachResponse_SessionEnded struct {
+	// A client session ended: the worker may release what it kept for it.
+	SessionEnded *SessionEnded `protobuf:"bytes,50,opt,name=session_ended,json=sessionEnded,proto3,oneof"`
+}
+
 func (*AttachResponse_Attached) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Stop) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Heartbeat) isAttachResponse_Msg() {}
+
+func (*AttachResponse_SessionEnded) isAttachResponse_Msg() {}
+
+// SessionNotification is an MCP notification a worker's server sent
+// outside any call, for one client session or for every subscriber of a
+// resource.
+type SessionNotification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session (scope) it is for. Empty only for
+	// notifications/resources/updated from a connection shared by all
+	// clients: then every session subscribed to the resource gets it.
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// notifications/message or notifications/resources/updated.
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// The notification's params, a JSON object.
+	ParamsJson    []byte `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionNotification) Reset() {
+	*x = SessionNotification{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionNotification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionNotification) ProtoMessage() {}
+
+func (x *SessionNotification) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionNotification.ProtoReflect.Descriptor instead.
+func (*SessionNotification) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SessionNotification) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SessionNotification) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *SessionNotification) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
+	}
+	return nil
+}
+
+// SessionEnded says a client session ended (DELETE, stdio EOF, closed by
+// the coordinator).
+type SessionEnded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionEnded) Reset() {
+	*x = SessionEnded{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEnded) ProtoMessage() {}
+
+func (x *SessionEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
+func (*SessionEnded) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SessionEnded) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
 
 type Attached struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1461,7 +1647,7 @@ type Attached struct {
 
 func (x *Attached) Reset() {
 	*x = Attached{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1659,7 @@ func (x *Attached) String() string {
 func (*Attached) ProtoMessage() {}
 
 func (x *Attached) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1672,7 @@ func (x *Attached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attached.ProtoReflect.Descriptor instead.
 func (*Attached) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Attached) GetLeaseId() int64 {
@@ -1544,7 +1730,7 @@ type StopCall struct {
 
 func (x *StopCall) Reset() {
 	*x = StopCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1742,7 @@ func (x *StopCall) String() string {
 func (*StopCall) ProtoMessage() {}
 
 func (x *StopCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1755,7 @@ func (x *StopCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopCall.ProtoReflect.Descriptor instead.
 func (*StopCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StopCall) GetCallId() string {
@@ -1608,7 +1794,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1806,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1819,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 type ListWorkersResponse struct {
@@ -1645,7 +1831,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1843,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1856,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1697,7 +1883,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1895,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1908,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerInfo) GetName() string {
@@ -1789,7 +1975,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1987,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2000,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 type ListToolsResponse struct {
@@ -1830,7 +2016,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +2028,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2041,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -1892,7 +2078,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2090,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2103,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetCallRequest) GetTarget() isGetCallRequest_Target {
@@ -1970,7 +2156,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2168,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2181,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -2031,7 +2217,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2229,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2242,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2146,7 +2332,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2344,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2357,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -2198,7 +2384,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2396,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2409,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2242,7 +2428,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2440,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2453,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -2285,7 +2471,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2483,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2496,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 // WatchToolsResponse is the catalogue of live, undrained workers: tools,
@@ -2326,7 +2512,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2524,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2537,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -2388,7 +2574,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2586,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2599,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -2456,7 +2642,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2654,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2667,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -2505,15 +2691,18 @@ type Session struct {
 	Principal       string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	ProtocolVersion string                 `protobuf:"bytes,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// The gateway replica that opened it.
-	Gateway       string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gateway   string                 `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The capabilities the client declared in initialize (JSON), so that
+	// every replica knows what it may send the client.
+	ClientCapabilitiesJson []byte `protobuf:"bytes,20,opt,name=client_capabilities_json,json=clientCapabilitiesJson,proto3" json:"client_capabilities_json,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2714,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2727,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2576,6 +2765,13 @@ func (x *Session) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Session) GetClientCapabilitiesJson() []byte {
+	if x != nil {
+		return x.ClientCapabilitiesJson
+	}
+	return nil
+}
+
 type OpenSessionRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -2587,7 +2783,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2795,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2808,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -2637,7 +2833,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2845,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2858,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 type GetSessionRequest struct {
@@ -2674,7 +2870,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2882,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2895,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2718,7 +2914,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2926,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2939,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -2764,7 +2960,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2972,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2985,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2822,7 +3018,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +3030,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +3043,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -2857,11 +3053,223 @@ func (x *CloseSessionResponse) GetCancelled() int32 {
 	return 0
 }
 
+type WatchSessionNotificationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gateway replica watching.
+	Gateway       string `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSessionNotificationsRequest) Reset() {
+	*x = WatchSessionNotificationsRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSessionNotificationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSessionNotificationsRequest) ProtoMessage() {}
+
+func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSessionNotificationsRequest.ProtoReflect.Descriptor instead.
+func (*WatchSessionNotificationsRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *WatchSessionNotificationsRequest) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+type WatchSessionNotificationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sessions (scopes) to deliver the notification to.
+	Sessions      []string `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Method        string   `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	ParamsJson    []byte   `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSessionNotificationsResponse) Reset() {
+	*x = WatchSessionNotificationsResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSessionNotificationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSessionNotificationsResponse) ProtoMessage() {}
+
+func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSessionNotificationsResponse.ProtoReflect.Descriptor instead.
+func (*WatchSessionNotificationsResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *WatchSessionNotificationsResponse) GetSessions() []string {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *WatchSessionNotificationsResponse) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *WatchSessionNotificationsResponse) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
+	}
+	return nil
+}
+
+type SubscribeResourceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session (scope) subscribing.
+	Session   string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Uri       string `protobuf:"bytes,3,opt,name=uri,proto3" json:"uri,omitempty"`
+	// Remove the subscription instead.
+	Unsubscribe   bool `protobuf:"varint,4,opt,name=unsubscribe,proto3" json:"unsubscribe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeResourceRequest) Reset() {
+	*x = SubscribeResourceRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeResourceRequest) ProtoMessage() {}
+
+func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeResourceRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeResourceRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SubscribeResourceRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SubscribeResourceRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *SubscribeResourceRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *SubscribeResourceRequest) GetUnsubscribe() bool {
+	if x != nil {
+		return x.Unsubscribe
+	}
+	return false
+}
+
+type SubscribeResourceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeResourceResponse) Reset() {
+	*x = SubscribeResourceResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeResourceResponse) ProtoMessage() {}
+
+func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeResourceResponse.ProtoReflect.Descriptor instead.
+func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
+}
+
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -2880,7 +3288,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\x99\x02\n" +
+	"idempotent\"\xdc\x02\n" +
 	"\rCancelRequest\x12)\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03key\x12+\n" +
 	"\x04call\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallRefH\x00R\x04call\x125\n" +
@@ -2888,7 +3296,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tprincipal\x18\x05 \x01(\tR\tprincipal\x129\n" +
 	"\n" +
-	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAtB\b\n" +
+	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequestsB\b\n" +
 	"\x06target\"P\n" +
 	"\aCallRef\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
@@ -2898,34 +3307,38 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
 	"\x10winner_initiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x96\x01\n" +
+	"\rwinner_reason\x18\x04 \x01(\tR\fwinnerReason\"\x83\x02\n" +
 	"\x0fCompleteRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x129\n" +
 	"\n" +
 	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x1d\n" +
 	"\n" +
-	"tool_error\x18\x03 \x01(\bR\ttoolError\"\xaf\x01\n" +
+	"tool_error\x18\x03 \x01(\bR\ttoolError\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\x12(\n" +
+	"\x10task_result_json\x18\x1e \x01(\fR\x0etaskResultJson\"\xaf\x01\n" +
 	"\x10CompleteResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xc2\x01\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\x85\x02\n" +
 	"\vFailRequest\x12)\n" +
 	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xab\x01\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"\xab\x01\n" +
 	"\fFailResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xdc\x02\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xa5\x03\n" +
 	"\rAttachRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.mcpcancel.v1.WorkerHelloH\x00R\x05hello\x128\n" +
 	"\astopped\x18\x02 \x01(\v2\x1c.mcpcancel.v1.HandlerStoppedH\x00R\astopped\x12+\n" +
 	"\x05drain\x18\x03 \x01(\v2\x13.mcpcancel.v1.DrainH\x00R\x05drain\x12.\n" +
 	"\x06detach\x18\x04 \x01(\v2\x14.mcpcancel.v1.DetachH\x00R\x06detach\x12A\n" +
 	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
-	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12G\n" +
+	"\fnotification\x182 \x01(\v2!.mcpcancel.v1.SessionNotificationH\x00R\fnotificationB\x05\n" +
 	"\x03msg\"\xa8\x02\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2948,12 +3361,20 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
 	"\x06offers\x18\n" +
 	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
-	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xb4\x01\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xf7\x01\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
 	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\x90\x02\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12A\n" +
+	"\rsession_ended\x182 \x01(\v2\x1a.mcpcancel.v1.SessionEndedH\x00R\fsessionEndedB\x05\n" +
+	"\x03msg\"h\n" +
+	"\x13SessionNotification\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\x03 \x01(\fR\n" +
+	"paramsJson\"(\n" +
+	"\fSessionEnded\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\x90\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
@@ -3025,7 +3446,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"N\n" +
 	"\x13CancelScopeResponse\x12\x1c\n" +
 	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\x12\x19\n" +
-	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\xc6\x01\n" +
+	"\bcall_ids\x18\x02 \x03(\tR\acallIds\"\x80\x02\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -3033,7 +3454,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x03 \x01(\tR\x0fprotocolVersion\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"r\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x128\n" +
+	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\"r\n" +
 	"\x12OpenSessionRequest\x12/\n" +
 	"\asession\x18\x01 \x01(\v2\x15.mcpcancel.v1.SessionR\asession\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x15\n" +
@@ -3049,7 +3471,20 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"4\n" +
 	"\x14CloseSessionResponse\x12\x1c\n" +
-	"\tcancelled\x18\x01 \x01(\x05R\tcancelled*\xd1\x01\n" +
+	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\"<\n" +
+	" WatchSessionNotificationsRequest\x12\x18\n" +
+	"\agateway\x18\x01 \x01(\tR\agateway\"x\n" +
+	"!WatchSessionNotificationsResponse\x12\x1a\n" +
+	"\bsessions\x18\x01 \x03(\tR\bsessions\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\x03 \x01(\fR\n" +
+	"paramsJson\"\x86\x01\n" +
+	"\x18SubscribeResourceRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x10\n" +
+	"\x03uri\x18\x03 \x01(\tR\x03uri\x12 \n" +
+	"\vunsubscribe\x18\x04 \x01(\bR\vunsubscribe\"\x1b\n" +
+	"\x19SubscribeResourceResponse*\xd1\x01\n" +
 	"\fCancelResult\x12\x1d\n" +
 	"\x19CANCEL_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CANCEL_RESULT_CANCELLED\x10\x01\x12#\n" +
@@ -3062,7 +3497,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x9c\t\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x85\x0e\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
@@ -3081,7 +3516,16 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\vOpenSession\x12 .mcpcancel.v1.OpenSessionRequest\x1a!.mcpcancel.v1.OpenSessionResponse\x12O\n" +
 	"\n" +
 	"GetSession\x12\x1f.mcpcancel.v1.GetSessionRequest\x1a .mcpcancel.v1.GetSessionResponse\x12U\n" +
-	"\fCloseSession\x12!.mcpcancel.v1.CloseSessionRequest\x1a\".mcpcancel.v1.CloseSessionResponseB\xb2\x01\n" +
+	"\fCloseSession\x12!.mcpcancel.v1.CloseSessionRequest\x1a\".mcpcancel.v1.CloseSessionResponse\x12~\n" +
+	"\x19WatchSessionNotifications\x12..mcpcancel.v1.WatchSessionNotificationsRequest\x1a/.mcpcancel.v1.WatchSessionNotificationsResponse0\x01\x12d\n" +
+	"\x11SubscribeResource\x12&.mcpcancel.v1.SubscribeResourceRequest\x1a'.mcpcancel.v1.SubscribeResourceResponse\x12O\n" +
+	"\n" +
+	"CreateTask\x12\x1f.mcpcancel.v1.CreateTaskRequest\x1a .mcpcancel.v1.CreateTaskResponse\x12F\n" +
+	"\aGetTask\x12\x1c.mcpcancel.v1.GetTaskRequest\x1a\x1d.mcpcancel.v1.GetTaskResponse\x12I\n" +
+	"\bWaitTask\x12\x1d.mcpcancel.v1.WaitTaskRequest\x1a\x1e.mcpcancel.v1.WaitTaskResponse\x12L\n" +
+	"\tListTasks\x12\x1e.mcpcancel.v1.ListTasksRequest\x1a\x1f.mcpcancel.v1.ListTasksResponse\x12O\n" +
+	"\n" +
+	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponseB\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -3097,160 +3541,196 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
-	(CancelResult)(0),             // 0: mcpcancel.v1.CancelResult
-	(SettleResult)(0),             // 1: mcpcancel.v1.SettleResult
-	(*BeginRequest)(nil),          // 2: mcpcancel.v1.BeginRequest
-	(*BeginResponse)(nil),         // 3: mcpcancel.v1.BeginResponse
-	(*CancelRequest)(nil),         // 4: mcpcancel.v1.CancelRequest
-	(*CallRef)(nil),               // 5: mcpcancel.v1.CallRef
-	(*CancelResponse)(nil),        // 6: mcpcancel.v1.CancelResponse
-	(*CompleteRequest)(nil),       // 7: mcpcancel.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 8: mcpcancel.v1.CompleteResponse
-	(*FailRequest)(nil),           // 9: mcpcancel.v1.FailRequest
-	(*FailResponse)(nil),          // 10: mcpcancel.v1.FailResponse
-	(*AttachRequest)(nil),         // 11: mcpcancel.v1.AttachRequest
-	(*WorkerHello)(nil),           // 12: mcpcancel.v1.WorkerHello
-	(*HandlerStopped)(nil),        // 13: mcpcancel.v1.HandlerStopped
-	(*Drain)(nil),                 // 14: mcpcancel.v1.Drain
-	(*Detach)(nil),                // 15: mcpcancel.v1.Detach
-	(*Heartbeat)(nil),             // 16: mcpcancel.v1.Heartbeat
-	(*ToolsChanged)(nil),          // 17: mcpcancel.v1.ToolsChanged
-	(*AttachResponse)(nil),        // 18: mcpcancel.v1.AttachResponse
-	(*Attached)(nil),              // 19: mcpcancel.v1.Attached
-	(*StopCall)(nil),              // 20: mcpcancel.v1.StopCall
-	(*ListWorkersRequest)(nil),    // 21: mcpcancel.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 22: mcpcancel.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),            // 23: mcpcancel.v1.WorkerInfo
-	(*ListToolsRequest)(nil),      // 24: mcpcancel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),     // 25: mcpcancel.v1.ListToolsResponse
-	(*GetCallRequest)(nil),        // 26: mcpcancel.v1.GetCallRequest
-	(*GetCallResponse)(nil),       // 27: mcpcancel.v1.GetCallResponse
-	(*ListAuditRequest)(nil),      // 28: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),     // 29: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),     // 30: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),    // 31: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),     // 32: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),    // 33: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),    // 34: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),   // 35: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),               // 36: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),    // 37: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 38: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),     // 39: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),    // 40: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),   // 41: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 42: mcpcancel.v1.CloseSessionResponse
-	(*CallKey)(nil),               // 43: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(Initiator)(0),                // 46: mcpcancel.v1.Initiator
-	(*Tool)(nil),                  // 47: mcpcancel.v1.Tool
-	(*Offer)(nil),                 // 48: mcpcancel.v1.Offer
-	(*Features)(nil),              // 49: mcpcancel.v1.Features
-	(CallState)(0),                // 50: mcpcancel.v1.CallState
-	(*Call)(nil),                  // 51: mcpcancel.v1.Call
-	(*AuditRecord)(nil),           // 52: mcpcancel.v1.AuditRecord
+	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
+	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
+	(*BeginRequest)(nil),                      // 2: mcpcancel.v1.BeginRequest
+	(*BeginResponse)(nil),                     // 3: mcpcancel.v1.BeginResponse
+	(*CancelRequest)(nil),                     // 4: mcpcancel.v1.CancelRequest
+	(*CallRef)(nil),                           // 5: mcpcancel.v1.CallRef
+	(*CancelResponse)(nil),                    // 6: mcpcancel.v1.CancelResponse
+	(*CompleteRequest)(nil),                   // 7: mcpcancel.v1.CompleteRequest
+	(*CompleteResponse)(nil),                  // 8: mcpcancel.v1.CompleteResponse
+	(*FailRequest)(nil),                       // 9: mcpcancel.v1.FailRequest
+	(*FailResponse)(nil),                      // 10: mcpcancel.v1.FailResponse
+	(*AttachRequest)(nil),                     // 11: mcpcancel.v1.AttachRequest
+	(*WorkerHello)(nil),                       // 12: mcpcancel.v1.WorkerHello
+	(*HandlerStopped)(nil),                    // 13: mcpcancel.v1.HandlerStopped
+	(*Drain)(nil),                             // 14: mcpcancel.v1.Drain
+	(*Detach)(nil),                            // 15: mcpcancel.v1.Detach
+	(*Heartbeat)(nil),                         // 16: mcpcancel.v1.Heartbeat
+	(*ToolsChanged)(nil),                      // 17: mcpcancel.v1.ToolsChanged
+	(*AttachResponse)(nil),                    // 18: mcpcancel.v1.AttachResponse
+	(*SessionNotification)(nil),               // 19: mcpcancel.v1.SessionNotification
+	(*SessionEnded)(nil),                      // 20: mcpcancel.v1.SessionEnded
+	(*Attached)(nil),                          // 21: mcpcancel.v1.Attached
+	(*StopCall)(nil),                          // 22: mcpcancel.v1.StopCall
+	(*ListWorkersRequest)(nil),                // 23: mcpcancel.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),               // 24: mcpcancel.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),                        // 25: mcpcancel.v1.WorkerInfo
+	(*ListToolsRequest)(nil),                  // 26: mcpcancel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),                 // 27: mcpcancel.v1.ListToolsResponse
+	(*GetCallRequest)(nil),                    // 28: mcpcancel.v1.GetCallRequest
+	(*GetCallResponse)(nil),                   // 29: mcpcancel.v1.GetCallResponse
+	(*ListAuditRequest)(nil),                  // 30: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),                 // 31: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),                 // 32: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),                // 33: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),                 // 34: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                // 35: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),                // 36: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),               // 37: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),                           // 38: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),                // 39: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),               // 40: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),                 // 41: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),                // 42: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),               // 43: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),              // 44: mcpcancel.v1.CloseSessionResponse
+	(*WatchSessionNotificationsRequest)(nil),  // 45: mcpcancel.v1.WatchSessionNotificationsRequest
+	(*WatchSessionNotificationsResponse)(nil), // 46: mcpcancel.v1.WatchSessionNotificationsResponse
+	(*SubscribeResourceRequest)(nil),          // 47: mcpcancel.v1.SubscribeResourceRequest
+	(*SubscribeResourceResponse)(nil),         // 48: mcpcancel.v1.SubscribeResourceResponse
+	(*CallKey)(nil),                           // 49: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 50: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 51: google.protobuf.Timestamp
+	(Initiator)(0),                            // 52: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 53: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 54: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 55: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 56: mcpcancel.v1.Features
+	(CallState)(0),                            // 57: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 58: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 59: mcpcancel.v1.AuditRecord
+	(*CreateTaskRequest)(nil),                 // 60: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 61: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 62: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 63: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 64: mcpcancel.v1.CancelTaskRequest
+	(*CreateTaskResponse)(nil),                // 65: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 66: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 67: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 68: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 69: mcpcancel.v1.CancelTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	43, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	44, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	45, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	44, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
-	43, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	49, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	50, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	51, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	50, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	49, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	46, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	46, // 9: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 10: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	45, // 11: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	46, // 13: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 14: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	46, // 15: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 16: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	46, // 18: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	12, // 19: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	13, // 20: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	14, // 21: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	15, // 22: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	17, // 23: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	16, // 24: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	47, // 25: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	48, // 26: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	49, // 27: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	45, // 28: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	47, // 29: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	48, // 30: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	49, // 31: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
-	19, // 32: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	20, // 33: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	16, // 34: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	44, // 35: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 36: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	50, // 37: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	46, // 38: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	23, // 39: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	47, // 40: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	48, // 41: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	49, // 42: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	47, // 43: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	48, // 44: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	49, // 45: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	43, // 46: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	51, // 47: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	45, // 48: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	46, // 49: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 50: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	52, // 51: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	45, // 52: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	52, // 53: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	47, // 54: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	48, // 55: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	49, // 56: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	46, // 57: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	45, // 58: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	36, // 59: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	44, // 60: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 61: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 62: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 63: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 64: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 65: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 66: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	21, // 67: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	24, // 68: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	26, // 69: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	28, // 70: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	30, // 71: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	32, // 72: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	34, // 73: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	37, // 74: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	39, // 75: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	41, // 76: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	3,  // 77: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 78: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 79: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 80: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 81: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	22, // 82: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	25, // 83: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	27, // 84: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	29, // 85: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	31, // 86: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	33, // 87: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	35, // 88: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	38, // 89: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	40, // 90: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	42, // 91: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	77, // [77:92] is the sub-list for method output_type
-	62, // [62:77] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	52, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	53, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	0,  // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
+	52, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	51, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	53, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,  // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	52, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,  // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	52, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	53, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,  // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	52, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	12, // 22: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	13, // 23: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	14, // 24: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	15, // 25: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	17, // 26: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	16, // 27: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	19, // 28: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
+	54, // 29: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	55, // 30: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	56, // 31: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	51, // 32: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	54, // 33: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	55, // 34: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	56, // 35: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	21, // 36: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	22, // 37: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	16, // 38: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	20, // 39: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	50, // 40: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	50, // 41: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	57, // 42: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	52, // 43: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	25, // 44: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	54, // 45: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	55, // 46: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	56, // 47: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	54, // 48: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	55, // 49: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	56, // 50: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	49, // 51: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	58, // 52: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	51, // 53: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	52, // 54: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 55: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	59, // 56: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	51, // 57: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 58: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	54, // 59: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	55, // 60: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	56, // 61: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	52, // 62: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	51, // 63: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	38, // 64: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	50, // 65: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 66: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	2,  // 67: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 68: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 69: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 70: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 71: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	23, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	26, // 73: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	28, // 74: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	30, // 75: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	32, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	34, // 77: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	36, // 78: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	39, // 79: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	41, // 80: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	43, // 81: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	45, // 82: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	47, // 83: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	60, // 84: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	61, // 85: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	62, // 86: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	63, // 87: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	64, // 88: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	3,  // 89: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 90: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 91: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 92: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 93: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 94: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 95: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 96: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 97: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 98: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 99: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 100: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 101: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 102: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 103: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 104: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 105: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	65, // 106: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	66, // 107: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	67, // 108: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	68, // 109: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	69, // 110: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	89, // [89:111] is the sub-list for method output_type
+	67, // [67:89] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3258,6 +3738,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	if File_mcpcancel_v1_coordinator_proto != nil {
 		return
 	}
+	file_mcpcancel_v1_tasks_proto_init()
 	file_mcpcancel_v1_types_proto_init()
 	file_mcpcancel_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{
 		(*CancelRequest_Key)(nil),
@@ -3270,13 +3751,15 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*AttachRequest_Detach)(nil),
 		(*AttachRequest_ToolsChanged)(nil),
 		(*AttachRequest_Heartbeat)(nil),
+		(*AttachRequest_Notification)(nil),
 	}
 	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
 		(*AttachResponse_Heartbeat)(nil),
+		(*AttachResponse_SessionEnded)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[24].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[26].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_Key)(nil),
 	}
@@ -3286,7 +3769,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,21 +19,28 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CoordinatorService_Begin_FullMethodName        = "/mcpcancel.v1.CoordinatorService/Begin"
-	CoordinatorService_Cancel_FullMethodName       = "/mcpcancel.v1.CoordinatorService/Cancel"
-	CoordinatorService_Complete_FullMethodName     = "/mcpcancel.v1.CoordinatorService/Complete"
-	CoordinatorService_Fail_FullMethodName         = "/mcpcancel.v1.CoordinatorService/Fail"
-	CoordinatorService_Attach_FullMethodName       = "/mcpcancel.v1.CoordinatorService/Attach"
-	CoordinatorService_ListWorkers_FullMethodName  = "/mcpcancel.v1.CoordinatorService/ListWorkers"
-	CoordinatorService_ListTools_FullMethodName    = "/mcpcancel.v1.CoordinatorService/ListTools"
-	CoordinatorService_GetCall_FullMethodName      = "/mcpcancel.v1.CoordinatorService/GetCall"
-	CoordinatorService_ListAudit_FullMethodName    = "/mcpcancel.v1.CoordinatorService/ListAudit"
-	CoordinatorService_WatchAudit_FullMethodName   = "/mcpcancel.v1.CoordinatorService/WatchAudit"
-	CoordinatorService_WatchTools_FullMethodName   = "/mcpcancel.v1.CoordinatorService/WatchTools"
-	CoordinatorService_CancelScope_FullMethodName  = "/mcpcancel.v1.CoordinatorService/CancelScope"
-	CoordinatorService_OpenSession_FullMethodName  = "/mcpcancel.v1.CoordinatorService/OpenSession"
-	CoordinatorService_GetSession_FullMethodName   = "/mcpcancel.v1.CoordinatorService/GetSession"
-	CoordinatorService_CloseSession_FullMethodName = "/mcpcancel.v1.CoordinatorService/CloseSession"
+	CoordinatorService_Begin_FullMethodName                     = "/mcpcancel.v1.CoordinatorService/Begin"
+	CoordinatorService_Cancel_FullMethodName                    = "/mcpcancel.v1.CoordinatorService/Cancel"
+	CoordinatorService_Complete_FullMethodName                  = "/mcpcancel.v1.CoordinatorService/Complete"
+	CoordinatorService_Fail_FullMethodName                      = "/mcpcancel.v1.CoordinatorService/Fail"
+	CoordinatorService_Attach_FullMethodName                    = "/mcpcancel.v1.CoordinatorService/Attach"
+	CoordinatorService_ListWorkers_FullMethodName               = "/mcpcancel.v1.CoordinatorService/ListWorkers"
+	CoordinatorService_ListTools_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListTools"
+	CoordinatorService_GetCall_FullMethodName                   = "/mcpcancel.v1.CoordinatorService/GetCall"
+	CoordinatorService_ListAudit_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListAudit"
+	CoordinatorService_WatchAudit_FullMethodName                = "/mcpcancel.v1.CoordinatorService/WatchAudit"
+	CoordinatorService_WatchTools_FullMethodName                = "/mcpcancel.v1.CoordinatorService/WatchTools"
+	CoordinatorService_CancelScope_FullMethodName               = "/mcpcancel.v1.CoordinatorService/CancelScope"
+	CoordinatorService_OpenSession_FullMethodName               = "/mcpcancel.v1.CoordinatorService/OpenSession"
+	CoordinatorService_GetSession_FullMethodName                = "/mcpcancel.v1.CoordinatorService/GetSession"
+	CoordinatorService_CloseSession_FullMethodName              = "/mcpcancel.v1.CoordinatorService/CloseSession"
+	CoordinatorService_WatchSessionNotifications_FullMethodName = "/mcpcancel.v1.CoordinatorService/WatchSessionNotifications"
+	CoordinatorService_SubscribeResource_FullMethodName         = "/mcpcancel.v1.CoordinatorService/SubscribeResource"
+	CoordinatorService_CreateTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/CreateTask"
+	CoordinatorService_GetTask_FullMethodName                   = "/mcpcancel.v1.CoordinatorService/GetTask"
+	CoordinatorService_WaitTask_FullMethodName                  = "/mcpcancel.v1.CoordinatorService/WaitTask"
+	CoordinatorService_ListTasks_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListTasks"
+	CoordinatorService_CancelTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/CancelTask"
 )
 
 // CoordinatorServiceClient is the client API for CoordinatorService service.
@@ -81,6 +88,27 @@ type CoordinatorServiceClient interface {
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	// CloseSession forgets a session and cancels its running calls.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// WatchSessionNotifications streams to a gateway what workers addressed
+	// to client sessions (logs unrelated to a call, resource updates),
+	// whichever replica heard them; the gateway delivers those for the
+	// sessions it holds.
+	WatchSessionNotifications(ctx context.Context, in *WatchSessionNotificationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionNotificationsResponse], error)
+	// SubscribeResource records, or removes, a session's subscription to a
+	// resource; subscriptions are removed with their session.
+	SubscribeResource(ctx context.Context, in *SubscribeResourceRequest, opts ...grpc.CallOption) (*SubscribeResourceResponse, error)
+	// CreateTask places a call that runs as an MCP task: it outlives its
+	// client's session and its gateway, until it ends, is cancelled with
+	// CancelTask, or its TTL passes. It returns once the task is durable.
+	CreateTask(ctx context.Context, in *CreateTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error)
+	// GetTask returns one of the principal's tasks.
+	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
+	// WaitTask returns a task once it is terminal, with its result.
+	WaitTask(ctx context.Context, in *WaitTaskRequest, opts ...grpc.CallOption) (*WaitTaskResponse, error)
+	// ListTasks lists the principal's tasks, paged.
+	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
+	// CancelTask cancels one of the principal's tasks: the same decision as
+	// Cancel, so a cancelled task stays cancelled whatever its work does.
+	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
 }
 
 type coordinatorServiceClient struct {
@@ -262,6 +290,85 @@ func (c *coordinatorServiceClient) CloseSession(ctx context.Context, in *CloseSe
 	return out, nil
 }
 
+func (c *coordinatorServiceClient) WatchSessionNotifications(ctx context.Context, in *WatchSessionNotificationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionNotificationsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[3], CoordinatorService_WatchSessionNotifications_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchSessionNotificationsRequest, WatchSessionNotificationsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_WatchSessionNotificationsClient = grpc.ServerStreamingClient[WatchSessionNotificationsResponse]
+
+func (c *coordinatorServiceClient) SubscribeResource(ctx context.Context, in *SubscribeResourceRequest, opts ...grpc.CallOption) (*SubscribeResourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubscribeResourceResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_SubscribeResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) CreateTask(ctx context.Context, in *CreateTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTaskResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_CreateTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTaskResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_GetTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) WaitTask(ctx context.Context, in *WaitTaskRequest, opts ...grpc.CallOption) (*WaitTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitTaskResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_WaitTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTasksResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_ListTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTaskResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_CancelTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServiceServer is the server API for CoordinatorService service.
 // All implementations must embed UnimplementedCoordinatorServiceServer
 // for forward compatibility.
@@ -307,6 +414,27 @@ type CoordinatorServiceServer interface {
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	// CloseSession forgets a session and cancels its running calls.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// WatchSessionNotifications streams to a gateway what workers addressed
+	// to client sessions (logs unrelated to a call, resource updates),
+	// whichever replica heard them; the gateway delivers those for the
+	// sessions it holds.
+	WatchSessionNotifications(*WatchSessionNotificationsRequest, grpc.ServerStreamingServer[WatchSessionNotificationsResponse]) error
+	// SubscribeResource records, or removes, a session's subscription to a
+	// resource; subscriptions are removed with their session.
+	SubscribeResource(context.Context, *SubscribeResourceRequest) (*SubscribeResourceResponse, error)
+	// CreateTask places a call that runs as an MCP task: it outlives its
+	// client's session and its gateway, until it ends, is cancelled with
+	// CancelTask, or its TTL passes. It returns once the task is durable.
+	CreateTask(context.Context, *CreateTaskRequest) (*CreateTaskResponse, error)
+	// GetTask returns one of the principal's tasks.
+	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
+	// WaitTask returns a task once it is terminal, with its result.
+	WaitTask(context.Context, *WaitTaskRequest) (*WaitTaskResponse, error)
+	// ListTasks lists the principal's tasks, paged.
+	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
+	// CancelTask cancels one of the principal's tasks: the same decision as
+	// Cancel, so a cancelled task stays cancelled whatever its work does.
+	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
 	mustEmbedUnimplementedCoordinatorServiceServer()
 }
 
@@ -361,6 +489,27 @@ func (UnimplementedCoordinatorServiceServer) GetSession(context.Context, *GetSes
 }
 func (UnimplementedCoordinatorServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) WatchSessionNotifications(*WatchSessionNotificationsRequest, grpc.ServerStreamingServer[WatchSessionNotificationsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchSessionNotifications not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) SubscribeResource(context.Context, *SubscribeResourceRequest) (*SubscribeResourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SubscribeResource not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) CreateTask(context.Context, *CreateTaskRequest) (*CreateTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTask not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTask not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) WaitTask(context.Context, *WaitTaskRequest) (*WaitTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitTask not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTasks not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) mustEmbedUnimplementedCoordinatorServiceServer() {}
 func (UnimplementedCoordinatorServiceServer) testEmbeddedByValue()                            {}
@@ -628,6 +777,125 @@ func _CoordinatorService_CloseSession_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CoordinatorService_WatchSessionNotifications_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchSessionNotificationsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CoordinatorServiceServer).WatchSessionNotifications(m, &grpc.GenericServerStream[WatchSessionNotificationsRequest, WatchSessionNotificationsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_WatchSessionNotificationsServer = grpc.ServerStreamingServer[WatchSessionNotificationsResponse]
+
+func _CoordinatorService_SubscribeResource_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SubscribeResourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).SubscribeResource(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_SubscribeResource_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).SubscribeResource(ctx, req.(*SubscribeResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_CreateTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).CreateTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_CreateTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).CreateTask(ctx, req.(*CreateTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_GetTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).GetTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_GetTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).GetTask(ctx, req.(*GetTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_WaitTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).WaitTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_WaitTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).WaitTask(ctx, req.(*WaitTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_ListTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).ListTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_ListTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).ListTasks(ctx, req.(*ListTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_CancelTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).CancelTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_CancelTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).CancelTask(ctx, req.(*CancelTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CoordinatorService_ServiceDesc is the grpc.ServiceDesc for CoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -683,6 +951,30 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "CloseSession",
 			Handler:    _CoordinatorService_CloseSession_Handler,
 		},
+		{
+			MethodName: "SubscribeResource",
+			Handler:    _CoordinatorService_SubscribeResource_Handler,
+		},
+		{
+			MethodName: "CreateTask",
+			Handler:    _CoordinatorService_CreateTask_Handler,
+		},
+		{
+			MethodName: "GetTask",
+			Handler:    _CoordinatorService_GetTask_Handler,
+		},
+		{
+			MethodName: "WaitTask",
+			Handler:    _CoordinatorService_WaitTask_Handler,
+		},
+		{
+			MethodName: "ListTasks",
+			Handler:    _CoordinatorService_ListTasks_Handler,
+		},
+		{
+			MethodName: "CancelTask",
+			Handler:    _CoordinatorService_CancelTask_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -699,6 +991,11 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchTools",
 			Handler:       _CoordinatorService_WatchTools_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchSessionNotifications",
+			Handler:       _CoordinatorService_WatchSessionNotifications_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -354,7 +354,10 @@ type Tool struct {
 	// before anything of it reached the client may then be placed once more,
 	// on another worker. Unlike annotations, which come from the tool's
 	// author and are hints, this is the operator's word.
-	Idempotent    bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// Whether the tool runs as an MCP task (execution.taskSupport):
+	// "forbidden" (or empty), "optional" or "required".
+	TaskSupport   string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +441,13 @@ func (x *Tool) GetIdempotent() bool {
 	return false
 }
 
+func (x *Tool) GetTaskSupport() string {
+	if x != nil {
+		return x.TaskSupport
+	}
+	return ""
+}
+
 // Call is a call record as the coordinator stores it.
 type Call struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -461,6 +471,8 @@ type Call struct {
 	// then names its target. Empty in records written before methods were
 	// recorded, which are all tools/call.
 	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The MCP task this call runs, if any (the call id).
+	TaskId string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The W3C trace id (32 hex digits) of the trace the call ran in, when
 	// its gateway passed trace context; empty otherwise.
 	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
@@ -603,6 +615,13 @@ func (x *Call) GetMethod() string {
 	return ""
 }
 
+func (x *Call) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 func (x *Call) GetTraceId() string {
 	if x != nil {
 		return x.TraceId
@@ -634,8 +653,12 @@ type AuditRecord struct {
 	RetryOf string `protobuf:"bytes,14,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
 	// The MCP method; tool names its target (see Call.method).
 	Method string `protobuf:"bytes,15,opt,name=method,proto3" json:"method,omitempty"`
+	// The MCP task of the call, if it runs one.
+	TaskId string `protobuf:"bytes,30,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The W3C trace id (32 hex digits) of the call's trace, if it had one.
-	TraceId       string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,40,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// The requests the call sent toward its client, and how each ended.
+	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,9 +798,92 @@ func (x *AuditRecord) GetMethod() string {
 	return ""
 }
 
+func (x *AuditRecord) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 func (x *AuditRecord) GetTraceId() string {
 	if x != nil {
 		return x.TraceId
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetChildRequests() []*ChildRequest {
+	if x != nil {
+		return x.ChildRequests
+	}
+	return nil
+}
+
+// ChildRequest is a request a call sent toward its client (sampling,
+// elicitation, roots), as the call's audit record notes it.
+type ChildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's number in the call.
+	Seq    int64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// One of "answered", "error" (the client answered with an error),
+	// "withdrawn" (the tool gave it up; cancelled at the client),
+	// "refused" (never sent: the client did not declare it), "from_input"
+	// (answered by a 2026-07-28 retry's inputResponses), "input_required"
+	// (asked in a 2026-07-28 input_required result), "cancelled" (pending
+	// when the call was cancelled; cancelled at the client).
+	Outcome       string `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildRequest) Reset() {
+	*x = ChildRequest{}
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildRequest) ProtoMessage() {}
+
+func (x *ChildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildRequest.ProtoReflect.Descriptor instead.
+func (*ChildRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ChildRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ChildRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ChildRequest) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
 	}
 	return ""
 }
@@ -799,7 +905,7 @@ type Offer struct {
 
 func (x *Offer) Reset() {
 	*x = Offer{}
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +917,7 @@ func (x *Offer) String() string {
 func (*Offer) ProtoMessage() {}
 
 func (x *Offer) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +930,7 @@ func (x *Offer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offer.ProtoReflect.Descriptor instead.
 func (*Offer) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Offer) GetKind() OfferKind {
@@ -866,7 +972,7 @@ type Features struct {
 
 func (x *Features) Reset() {
 	*x = Features{}
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +984,7 @@ func (x *Features) String() string {
 func (*Features) ProtoMessage() {}
 
 func (x *Features) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_types_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +997,7 @@ func (x *Features) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Features.ProtoReflect.Descriptor instead.
 func (*Features) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Features) GetResources() bool {
@@ -934,7 +1040,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xf7\x01\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\x9a\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -944,7 +1050,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\xc0\x04\n" +
+	"idempotent\x12!\n" +
+	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\"\xd9\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +
@@ -962,8 +1069,9 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"settled_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tsettledAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
-	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
-	"\btrace_id\x18( \x01(\tR\atraceId\"\xc4\x04\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x17\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\"\xa0\x05\n" +
 	"\vAuditRecord\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -983,8 +1091,14 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"stopped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12\x19\n" +
 	"\bretry_of\x18\x0e \x01(\tR\aretryOf\x12\x16\n" +
-	"\x06method\x18\x0f \x01(\tR\x06method\x12\x19\n" +
-	"\btrace_id\x18( \x01(\tR\atraceId\"Z\n" +
+	"\x06method\x18\x0f \x01(\tR\x06method\x12\x17\n" +
+	"\atask_id\x18\x1e \x01(\tR\x06taskId\x12\x19\n" +
+	"\btrace_id\x18( \x01(\tR\atraceId\x12A\n" +
+	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequests\"R\n" +
+	"\fChildRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
+	"\aoutcome\x18\x03 \x01(\tR\aoutcome\"Z\n" +
 	"\x05Offer\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1030,7 +1144,7 @@ func file_mcpcancel_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mcpcancel_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(CallState)(0),                // 0: mcpcancel.v1.CallState
 	(Initiator)(0),                // 1: mcpcancel.v1.Initiator
@@ -1040,29 +1154,31 @@ var file_mcpcancel_v1_types_proto_goTypes = []any{
 	(*Tool)(nil),                  // 5: mcpcancel.v1.Tool
 	(*Call)(nil),                  // 6: mcpcancel.v1.Call
 	(*AuditRecord)(nil),           // 7: mcpcancel.v1.AuditRecord
-	(*Offer)(nil),                 // 8: mcpcancel.v1.Offer
-	(*Features)(nil),              // 9: mcpcancel.v1.Features
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*ChildRequest)(nil),          // 8: mcpcancel.v1.ChildRequest
+	(*Offer)(nil),                 // 9: mcpcancel.v1.Offer
+	(*Features)(nil),              // 10: mcpcancel.v1.Features
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_mcpcancel_v1_types_proto_depIdxs = []int32{
 	3,  // 0: mcpcancel.v1.CallKey.request_id:type_name -> mcpcancel.v1.RequestId
 	4,  // 1: mcpcancel.v1.Call.key:type_name -> mcpcancel.v1.CallKey
 	0,  // 2: mcpcancel.v1.Call.state:type_name -> mcpcancel.v1.CallState
 	1,  // 3: mcpcancel.v1.Call.initiator:type_name -> mcpcancel.v1.Initiator
-	10, // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
-	10, // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
-	10, // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
+	11, // 4: mcpcancel.v1.Call.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 5: mcpcancel.v1.Call.deadline:type_name -> google.protobuf.Timestamp
+	11, // 6: mcpcancel.v1.Call.settled_at:type_name -> google.protobuf.Timestamp
 	3,  // 7: mcpcancel.v1.AuditRecord.request_id:type_name -> mcpcancel.v1.RequestId
 	1,  // 8: mcpcancel.v1.AuditRecord.initiator:type_name -> mcpcancel.v1.Initiator
-	10, // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
-	10, // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
-	10, // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: mcpcancel.v1.Offer.kind:type_name -> mcpcancel.v1.OfferKind
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 9: mcpcancel.v1.AuditRecord.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 10: mcpcancel.v1.AuditRecord.settled_at:type_name -> google.protobuf.Timestamp
+	11, // 11: mcpcancel.v1.AuditRecord.stopped_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: mcpcancel.v1.AuditRecord.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	2,  // 13: mcpcancel.v1.Offer.kind:type_name -> mcpcancel.v1.OfferKind
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_types_proto_init() }
@@ -1080,7 +1196,7 @@ func file_mcpcancel_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_types_proto_rawDesc), len(file_mcpcancel_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

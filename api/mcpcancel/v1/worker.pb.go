@@ -22,6 +22,57 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ClientRequestOutcome int32
+
+const (
+	ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_UNSPECIFIED ClientRequestOutcome = 0
+	// The client's answer reached the handler.
+	ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_ANSWERED ClientRequestOutcome = 1
+	// The handler gave the request up (its context ended) before an answer.
+	ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN ClientRequestOutcome = 2
+)
+
+// Enum value maps for ClientRequestOutcome.
+var (
+	ClientRequestOutcome_name = map[int32]string{
+		0: "CLIENT_REQUEST_OUTCOME_UNSPECIFIED",
+		1: "CLIENT_REQUEST_OUTCOME_ANSWERED",
+		2: "CLIENT_REQUEST_OUTCOME_WITHDRAWN",
+	}
+	ClientRequestOutcome_value = map[string]int32{
+		"CLIENT_REQUEST_OUTCOME_UNSPECIFIED": 0,
+		"CLIENT_REQUEST_OUTCOME_ANSWERED":    1,
+		"CLIENT_REQUEST_OUTCOME_WITHDRAWN":   2,
+	}
+)
+
+func (x ClientRequestOutcome) Enum() *ClientRequestOutcome {
+	p := new(ClientRequestOutcome)
+	*p = x
+	return p
+}
+
+func (x ClientRequestOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClientRequestOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_mcpcancel_v1_worker_proto_enumTypes[0].Descriptor()
+}
+
+func (ClientRequestOutcome) Type() protoreflect.EnumType {
+	return &file_mcpcancel_v1_worker_proto_enumTypes[0]
+}
+
+func (x ClientRequestOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClientRequestOutcome.Descriptor instead.
+func (ClientRequestOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{0}
+}
+
 type ExecuteRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
@@ -39,12 +90,35 @@ type ExecuteRequest struct {
 	// authenticated them. Never the token itself.
 	Principal string   `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
 	Scopes    []string `protobuf:"bytes,9,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The capabilities the client declared (a ClientCapabilities object, as
+	// JSON): a handler may send the client only requests of these kinds.
+	ClientCapabilitiesJson []byte `protobuf:"bytes,20,opt,name=client_capabilities_json,json=clientCapabilitiesJson,proto3" json:"client_capabilities_json,omitempty"`
+	// The scope the call runs in; an Answer must name the same one.
+	Scope string `protobuf:"bytes,21,opt,name=scope,proto3" json:"scope,omitempty"`
+	// 2026-07-28 multi round-trip requests: the client's answers to the
+	// requests toward it of earlier rounds, by their keys (each a JSON
+	// result). A request whose key is here is answered without asking.
+	InputResponses map[string][]byte `protobuf:"bytes,22,rep,name=input_responses,json=inputResponses,proto3" json:"input_responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The MCP method; empty means tools/call. tool then names the target as
 	// BeginRequest.tool does.
 	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
 	// The request's MCP params as the client sent them (without _meta), for
 	// methods other than tools/call.
-	ParamsJson    []byte `protobuf:"bytes,11,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	ParamsJson []byte `protobuf:"bytes,11,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// The client session the call belongs to: the scope of a 2025-era HTTP
+	// session or of a stdio connection; empty for a 2026-07-28 request,
+	// which has none. The upstream adapter keys per-client upstream
+	// sessions by it.
+	Session string `protobuf:"bytes,50,opt,name=session,proto3" json:"session,omitempty"`
+	// The least severe log level the client wants: its session's
+	// logging/setLevel (2025-era) or the request's _meta log level
+	// (2026-07-28); empty when it set none.
+	LogLevel string `protobuf:"bytes,51,opt,name=log_level,json=logLevel,proto3" json:"log_level,omitempty"`
+	// The call runs an MCP task: the handler keeps running when this
+	// stream ends (its gateway may be gone), until it returns, the task is
+	// cancelled or its deadline passes; its result goes to the coordinator
+	// with the completion.
+	Task          bool `protobuf:"varint,30,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -142,6 +216,27 @@ func (x *ExecuteRequest) GetScopes() []string {
 	return nil
 }
 
+func (x *ExecuteRequest) GetClientCapabilitiesJson() []byte {
+	if x != nil {
+		return x.ClientCapabilitiesJson
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetInputResponses() map[string][]byte {
+	if x != nil {
+		return x.InputResponses
+	}
+	return nil
+}
+
 func (x *ExecuteRequest) GetMethod() string {
 	if x != nil {
 		return x.Method
@@ -156,6 +251,27 @@ func (x *ExecuteRequest) GetParamsJson() []byte {
 	return nil
 }
 
+func (x *ExecuteRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetLogLevel() string {
+	if x != nil {
+		return x.LogLevel
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetTask() bool {
+	if x != nil {
+		return x.Task
+	}
+	return false
+}
+
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -165,6 +281,8 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Cancelled
 	//	*ExecuteResponse_Failed
 	//	*ExecuteResponse_Log
+	//	*ExecuteResponse_ClientRequest
+	//	*ExecuteResponse_ClientRequestEnd
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -252,6 +370,24 @@ func (x *ExecuteResponse) GetLog() *LogMessage {
 	return nil
 }
 
+func (x *ExecuteResponse) GetClientRequest() *ClientRequest {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_ClientRequest); ok {
+			return x.ClientRequest
+		}
+	}
+	return nil
+}
+
+func (x *ExecuteResponse) GetClientRequestEnd() *ClientRequestEnd {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_ClientRequestEnd); ok {
+			return x.ClientRequestEnd
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -276,6 +412,18 @@ type ExecuteResponse_Log struct {
 	Log *LogMessage `protobuf:"bytes,5,opt,name=log,proto3,oneof"`
 }
 
+type ExecuteResponse_ClientRequest struct {
+	// A request the handler sends toward the client (sampling,
+	// elicitation, roots): the gateway issues it under its own id.
+	ClientRequest *ClientRequest `protobuf:"bytes,20,opt,name=client_request,json=clientRequest,proto3,oneof"`
+}
+
+type ExecuteResponse_ClientRequestEnd struct {
+	// A request toward the client ended: answered, or withdrawn by the
+	// handler (the gateway then tells the client it is cancelled).
+	ClientRequestEnd *ClientRequestEnd `protobuf:"bytes,21,opt,name=client_request_end,json=clientRequestEnd,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Progress) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
@@ -285,6 +433,369 @@ func (*ExecuteResponse_Cancelled) isExecuteResponse_Event() {}
 func (*ExecuteResponse_Failed) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Log) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_ClientRequest) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_ClientRequestEnd) isExecuteResponse_Event() {}
+
+// ClientRequest is a JSON-RPC request from the handler to the call's
+// client, numbered within the call.
+type ClientRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Seq    int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Method string                 `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// The request's params, a JSON object.
+	ParamsJson []byte `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// The request's key in a 2026-07-28 input_required result's
+	// inputRequests (and the client's inputResponses).
+	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// More requests follow at once: a 2026-07-28 gateway gathers them into
+	// one input_required result.
+	More          bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientRequest) Reset() {
+	*x = ClientRequest{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientRequest) ProtoMessage() {}
+
+func (x *ClientRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientRequest.ProtoReflect.Descriptor instead.
+func (*ClientRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClientRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ClientRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ClientRequest) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
+	}
+	return nil
+}
+
+func (x *ClientRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ClientRequest) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type ClientRequestEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Outcome       ClientRequestOutcome   `protobuf:"varint,2,opt,name=outcome,proto3,enum=mcpcancel.v1.ClientRequestOutcome" json:"outcome,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientRequestEnd) Reset() {
+	*x = ClientRequestEnd{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientRequestEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientRequestEnd) ProtoMessage() {}
+
+func (x *ClientRequestEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientRequestEnd.ProtoReflect.Descriptor instead.
+func (*ClientRequestEnd) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClientRequestEnd) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ClientRequestEnd) GetOutcome() ClientRequestOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_UNSPECIFIED
+}
+
+func (x *ClientRequestEnd) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type AnswerRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The scope the answer came from; it must be the call's.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	Seq   int64  `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Types that are valid to be assigned to Answer:
+	//
+	//	*AnswerRequest_ResultJson
+	//	*AnswerRequest_Error
+	Answer        isAnswerRequest_Answer `protobuf_oneof:"answer"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerRequest) Reset() {
+	*x = AnswerRequest{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerRequest) ProtoMessage() {}
+
+func (x *AnswerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerRequest.ProtoReflect.Descriptor instead.
+func (*AnswerRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AnswerRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *AnswerRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *AnswerRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AnswerRequest) GetAnswer() isAnswerRequest_Answer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+func (x *AnswerRequest) GetResultJson() []byte {
+	if x != nil {
+		if x, ok := x.Answer.(*AnswerRequest_ResultJson); ok {
+			return x.ResultJson
+		}
+	}
+	return nil
+}
+
+func (x *AnswerRequest) GetError() *ClientError {
+	if x != nil {
+		if x, ok := x.Answer.(*AnswerRequest_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isAnswerRequest_Answer interface {
+	isAnswerRequest_Answer()
+}
+
+type AnswerRequest_ResultJson struct {
+	// The JSON-RPC result, as JSON.
+	ResultJson []byte `protobuf:"bytes,4,opt,name=result_json,json=resultJson,proto3,oneof"`
+}
+
+type AnswerRequest_Error struct {
+	// The JSON-RPC error the client answered with.
+	Error *ClientError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
+}
+
+func (*AnswerRequest_ResultJson) isAnswerRequest_Answer() {}
+
+func (*AnswerRequest_Error) isAnswerRequest_Answer() {}
+
+type ClientError struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    int64                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Any JSON value; empty when absent.
+	DataJson      []byte `protobuf:"bytes,3,opt,name=data_json,json=dataJson,proto3" json:"data_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientError) Reset() {
+	*x = ClientError{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientError) ProtoMessage() {}
+
+func (x *ClientError) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientError.ProtoReflect.Descriptor instead.
+func (*ClientError) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClientError) GetCode() int64 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ClientError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ClientError) GetDataJson() []byte {
+	if x != nil {
+		return x.DataJson
+	}
+	return nil
+}
+
+type AnswerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the answer reached the handler. False for an answer to a
+	// request already answered or withdrawn, or of a call not running here.
+	Accepted      bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerResponse) Reset() {
+	*x = AnswerResponse{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerResponse) ProtoMessage() {}
+
+func (x *AnswerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerResponse.ProtoReflect.Descriptor instead.
+func (*AnswerResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AnswerResponse) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
 
 // LogMessage is an MCP log message about the call (notifications/message).
 type LogMessage struct {
@@ -300,7 +811,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +823,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +836,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogMessage) GetLevel() string {
@@ -361,7 +872,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +884,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +897,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -426,7 +937,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +949,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +962,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecuteResult) GetResultJson() []byte {
@@ -479,7 +990,7 @@ type Cancelled struct {
 
 func (x *Cancelled) Reset() {
 	*x = Cancelled{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +1002,7 @@ func (x *Cancelled) String() string {
 func (*Cancelled) ProtoMessage() {}
 
 func (x *Cancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +1015,7 @@ func (x *Cancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancelled.ProtoReflect.Descriptor instead.
 func (*Cancelled) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Cancelled) GetReason() string {
@@ -534,7 +1045,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +1057,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +1070,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Failed) GetReason() string {
@@ -580,7 +1091,7 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xd5\x02\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8e\x05\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
@@ -590,18 +1101,54 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bprogress\x18\x06 \x01(\bR\bprogress\x12\x16\n" +
 	"\x06worker\x18\a \x01(\tR\x06worker\x12\x1c\n" +
 	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06scopes\x18\t \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06scopes\x18\t \x03(\tR\x06scopes\x128\n" +
+	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\x12\x14\n" +
+	"\x05scope\x18\x15 \x01(\tR\x05scope\x12Y\n" +
+	"\x0finput_responses\x18\x16 \x03(\v20.mcpcancel.v1.ExecuteRequest.InputResponsesEntryR\x0einputResponses\x12\x16\n" +
 	"\x06method\x18\n" +
 	" \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\v \x01(\fR\n" +
-	"paramsJson\"\x9e\x02\n" +
+	"paramsJson\x12\x18\n" +
+	"\asession\x182 \x01(\tR\asession\x12\x1b\n" +
+	"\tlog_level\x183 \x01(\tR\blogLevel\x12\x12\n" +
+	"\x04task\x18\x1e \x01(\bR\x04task\x1aA\n" +
+	"\x13InputResponsesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb4\x03\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
 	"\tcancelled\x18\x03 \x01(\v2\x17.mcpcancel.v1.CancelledH\x00R\tcancelled\x12.\n" +
 	"\x06failed\x18\x04 \x01(\v2\x14.mcpcancel.v1.FailedH\x00R\x06failed\x12,\n" +
-	"\x03log\x18\x05 \x01(\v2\x18.mcpcancel.v1.LogMessageH\x00R\x03logB\a\n" +
-	"\x05event\"W\n" +
+	"\x03log\x18\x05 \x01(\v2\x18.mcpcancel.v1.LogMessageH\x00R\x03log\x12D\n" +
+	"\x0eclient_request\x18\x14 \x01(\v2\x1b.mcpcancel.v1.ClientRequestH\x00R\rclientRequest\x12N\n" +
+	"\x12client_request_end\x18\x15 \x01(\v2\x1e.mcpcancel.v1.ClientRequestEndH\x00R\x10clientRequestEndB\a\n" +
+	"\x05event\"\x80\x01\n" +
+	"\rClientRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\x03 \x01(\fR\n" +
+	"paramsJson\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"z\n" +
+	"\x10ClientRequestEnd\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12<\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\".mcpcancel.v1.ClientRequestOutcomeR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb0\x01\n" +
+	"\rAnswerRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12!\n" +
+	"\vresult_json\x18\x04 \x01(\fH\x00R\n" +
+	"resultJson\x121\n" +
+	"\x05error\x18\x05 \x01(\v2\x19.mcpcancel.v1.ClientErrorH\x00R\x05errorB\b\n" +
+	"\x06answer\"X\n" +
+	"\vClientError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x03R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1b\n" +
+	"\tdata_json\x18\x03 \x01(\fR\bdataJson\",\n" +
+	"\x0eAnswerResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\"W\n" +
 	"\n" +
 	"LogMessage\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\tR\x05level\x12\x16\n" +
@@ -622,9 +1169,14 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"W\n" +
 	"\x06Failed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
-	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator2Y\n" +
+	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator*\x89\x01\n" +
+	"\x14ClientRequestOutcome\x12&\n" +
+	"\"CLIENT_REQUEST_OUTCOME_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fCLIENT_REQUEST_OUTCOME_ANSWERED\x10\x01\x12$\n" +
+	" CLIENT_REQUEST_OUTCOME_WITHDRAWN\x10\x022\x9e\x01\n" +
 	"\rWorkerService\x12H\n" +
-	"\aExecute\x12\x1c.mcpcancel.v1.ExecuteRequest\x1a\x1d.mcpcancel.v1.ExecuteResponse0\x01B\xad\x01\n" +
+	"\aExecute\x12\x1c.mcpcancel.v1.ExecuteRequest\x1a\x1d.mcpcancel.v1.ExecuteResponse0\x01\x12C\n" +
+	"\x06Answer\x12\x1b.mcpcancel.v1.AnswerRequest\x1a\x1c.mcpcancel.v1.AnswerResponseB\xad\x01\n" +
 	"\x10com.mcpcancel.v1B\vWorkerProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -639,34 +1191,49 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 	return file_mcpcancel_v1_worker_proto_rawDescData
 }
 
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mcpcancel_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
-	(*ExecuteRequest)(nil),        // 0: mcpcancel.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),       // 1: mcpcancel.v1.ExecuteResponse
-	(*LogMessage)(nil),            // 2: mcpcancel.v1.LogMessage
-	(*Progress)(nil),              // 3: mcpcancel.v1.Progress
-	(*ExecuteResult)(nil),         // 4: mcpcancel.v1.ExecuteResult
-	(*Cancelled)(nil),             // 5: mcpcancel.v1.Cancelled
-	(*Failed)(nil),                // 6: mcpcancel.v1.Failed
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(Initiator)(0),                // 8: mcpcancel.v1.Initiator
+	(ClientRequestOutcome)(0),     // 0: mcpcancel.v1.ClientRequestOutcome
+	(*ExecuteRequest)(nil),        // 1: mcpcancel.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),       // 2: mcpcancel.v1.ExecuteResponse
+	(*ClientRequest)(nil),         // 3: mcpcancel.v1.ClientRequest
+	(*ClientRequestEnd)(nil),      // 4: mcpcancel.v1.ClientRequestEnd
+	(*AnswerRequest)(nil),         // 5: mcpcancel.v1.AnswerRequest
+	(*ClientError)(nil),           // 6: mcpcancel.v1.ClientError
+	(*AnswerResponse)(nil),        // 7: mcpcancel.v1.AnswerResponse
+	(*LogMessage)(nil),            // 8: mcpcancel.v1.LogMessage
+	(*Progress)(nil),              // 9: mcpcancel.v1.Progress
+	(*ExecuteResult)(nil),         // 10: mcpcancel.v1.ExecuteResult
+	(*Cancelled)(nil),             // 11: mcpcancel.v1.Cancelled
+	(*Failed)(nil),                // 12: mcpcancel.v1.Failed
+	nil,                           // 13: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(Initiator)(0),                // 15: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	7, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	3, // 1: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
-	4, // 2: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
-	5, // 3: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
-	6, // 4: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	2, // 5: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
-	8, // 6: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	8, // 7: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
-	0, // 8: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	1, // 9: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	14, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	13, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	9,  // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
+	10, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
+	11, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
+	12, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
+	8,  // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
+	3,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
+	4,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
+	0,  // 9: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
+	6,  // 10: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
+	15, // 11: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	15, // 12: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	1,  // 13: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	5,  // 14: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
+	2,  // 15: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	7,  // 16: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
+	15, // [15:17] is the sub-list for method output_type
+	13, // [13:15] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -681,19 +1248,26 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*ExecuteResponse_Cancelled)(nil),
 		(*ExecuteResponse_Failed)(nil),
 		(*ExecuteResponse_Log)(nil),
+		(*ExecuteResponse_ClientRequest)(nil),
+		(*ExecuteResponse_ClientRequestEnd)(nil),
+	}
+	file_mcpcancel_v1_worker_proto_msgTypes[4].OneofWrappers = []any{
+		(*AnswerRequest_ResultJson)(nil),
+		(*AnswerRequest_Error)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   7,
+			NumEnums:      1,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_mcpcancel_v1_worker_proto_goTypes,
 		DependencyIndexes: file_mcpcancel_v1_worker_proto_depIdxs,
+		EnumInfos:         file_mcpcancel_v1_worker_proto_enumTypes,
 		MessageInfos:      file_mcpcancel_v1_worker_proto_msgTypes,
 	}.Build()
 	File_mcpcancel_v1_worker_proto = out.File

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	WorkerService_Execute_FullMethodName = "/mcpcancel.v1.WorkerService/Execute"
+	WorkerService_Answer_FullMethodName  = "/mcpcancel.v1.WorkerService/Answer"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -33,6 +34,11 @@ type WorkerServiceClient interface {
 	// a cancelled end or a failed end. Closing the stream early tells the
 	// worker its caller is gone.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error)
+	// Answer delivers the client's answer to a request the call sent toward
+	// its client (a ClientRequest event). Any gateway replica may deliver
+	// it: the client POSTs its answer wherever it likes. The worker decides,
+	// once, between the answer and the handler withdrawing its request.
+	Answer(ctx context.Context, in *AnswerRequest, opts ...grpc.CallOption) (*AnswerResponse, error)
 }
 
 type workerServiceClient struct {
@@ -62,6 +68,16 @@ func (c *workerServiceClient) Execute(ctx context.Context, in *ExecuteRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_ExecuteClient = grpc.ServerStreamingClient[ExecuteResponse]
 
+func (c *workerServiceClient) Answer(ctx context.Context, in *AnswerRequest, opts ...grpc.CallOption) (*AnswerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AnswerResponse)
+	err := c.cc.Invoke(ctx, WorkerService_Answer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -73,6 +89,11 @@ type WorkerServiceServer interface {
 	// a cancelled end or a failed end. Closing the stream early tells the
 	// worker its caller is gone.
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error
+	// Answer delivers the client's answer to a request the call sent toward
+	// its client (a ClientRequest event). Any gateway replica may deliver
+	// it: the client POSTs its answer wherever it likes. The worker decides,
+	// once, between the answer and the handler withdrawing its request.
+	Answer(context.Context, *AnswerRequest) (*AnswerResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -85,6 +106,9 @@ type UnimplementedWorkerServiceServer struct{}
 
 func (UnimplementedWorkerServiceServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error {
 	return status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedWorkerServiceServer) Answer(context.Context, *AnswerRequest) (*AnswerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Answer not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -118,13 +142,36 @@ func _WorkerService_Execute_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_ExecuteServer = grpc.ServerStreamingServer[ExecuteResponse]
 
+func _WorkerService_Answer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).Answer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_Answer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).Answer(ctx, req.(*AnswerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var WorkerService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "mcpcancel.v1.WorkerService",
 	HandlerType: (*WorkerServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Answer",
+			Handler:    _WorkerService_Answer_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Execute",

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpcancel/mcpcancel/internal/nodetest"
+)
+
+// TestDevUpstreamTowardClient runs `mcpcancel dev --upstream-stdio`
+// fronting the real server-everything, which registers its sampling,
+// elicitation and roots tools because the adapter declares those
+// capabilities. The official TypeScript client (sdk 1.32.2) declares them
+// too, and each tool returns what the client's handler answered: the
+// server's request went through the adapter and the gateway to the
+// client, and the answer back, under the gateway's own id.
+func TestDevUpstreamTowardClient(t *testing.T) {
+	clients := nodetest.Install(t)
+	server := filepath.Join(clients, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0",
+		"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server))
+	p.waitLine(t, "coordinator: ")
+	url := p.waitLine(t, "mcp: ")
+	for _, tc := range []struct {
+		tool, args, request string
+		want                []string
+	}{
+		{"trigger-sampling-request", `{"prompt":"hello","maxTokens":5}`, "sampling_request", []string{"a sampled answer"}},
+		{"trigger-elicitation-request", `{}`, "elicitation_request", []string{"Ada Lovelace"}},
+		{"get-roots-list", `{}`, "roots_request", []string{"file:///srv/project", "project"}},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", tc.tool, "--args", tc.args, "--no-wire",
+				"--sampling-text", "a sampled answer", "--elicit-content", `{"name":"Ada Lovelace"}`,
+				"--roots", `[{"uri":"file:///srv/project","name":"project"}]`)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("toward2025.mjs: %v\n%s", err, out)
+			}
+			var result, request string
+			for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+				var e struct {
+					Event     string
+					RequestID any
+					Result    json.RawMessage
+				}
+				json.Unmarshal(line, &e)
+				switch e.Event {
+				case "result":
+					result = string(e.Result)
+				case tc.request:
+					request = fmt.Sprint(e.RequestID)
+				}
+			}
+			if !strings.HasPrefix(request, "mcpcancel-") {
+				t.Fatalf("the client got no %s under the gateway's id (%q)\n%s", tc.request, request, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(result, w) {
+					t.Errorf("%s returned %s; want it to hold %q", tc.tool, result, w)
+				}
+			}
+		})
+	}
+}

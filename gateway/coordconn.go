@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
+)
+
+// coordConn is the gateway's link to the coordinators over a dial.Conn
+// that it redials when it finds the link half-dead: replies lost while
+// what the gateway sends still arrives keep a transport "ready" until
+// keepalive gives up (15 s), and every RPC on it waits as long. Each
+// attempt of the RPCs in attemptPolicies is bounded; one that hears
+// nothing in that time replaces the connection (once per generation,
+// however many found it dead), and an idempotent RPC goes out again on
+// the fresh one. Streams and other RPCs pass through: a stream on the
+// replaced connection ends and its owner opens it again.
+type coordConn struct {
+	conn *dial.Conn
+	log  *slog.Logger
+}
+
+var _ grpc.ClientConnInterface = (*coordConn)(nil)
+
+// attemptPolicy says what an attempt that went unanswered may do next.
+type attemptPolicy int
+
+const (
+	passThrough attemptPolicy = iota // unbounded, as on a plain connection
+	sentOnce                         // bounded and redialled, never sent twice: its outcome is ambiguous
+	resent                           // bounded, redialled and sent again: idempotent
+)
+
+// attemptPolicies: a Begin whose reply was lost may have created its call,
+// and call.go resolves that (failLostBegin, whose GetCall goes out on the
+// fresh connection); a Cancel is idempotent by key, and its retry after a
+// win reports the win; GetCall (the quiet-stream probe, lost Begins) and
+// GetSession (a session opened at another replica) only read.
+var attemptPolicies = map[string]attemptPolicy{
+	pb.CoordinatorService_Begin_FullMethodName:      sentOnce,
+	pb.CoordinatorService_Cancel_FullMethodName:     resent,
+	pb.CoordinatorService_GetCall_FullMethodName:    resent,
+	pb.CoordinatorService_GetSession_FullMethodName: resent,
+}
+
+// attemptTimeout bounds one attempt: a read or a commit takes
+// milliseconds, so an attempt past this has lost its reply or its
+// replica. (The worker's settle attempts use the same bound.)
+const attemptTimeout = 2 * time.Second
+
+// unansweredAfter is how long an attempt must have waited, when it ends
+// at a deadline, for its silence to count against the link: a caller
+// that allows less (the probe allows probeTimeout in all) still finds
+// the link dead, and one that allows a few milliseconds does not.
+const unansweredAfter = time.Second
+
+// maxAttempts caps the attempts of a resent RPC; each but the last found
+// the link dead or was cut off by a redial.
+const maxAttempts = 4
+
+// errUnanswered is what a caller gets of an attempt that went unanswered.
+var errUnanswered = status.Errorf(codes.Unavailable, "the coordinators did not answer within %v", attemptTimeout)
+
+func newCoordConn(conn *dial.Conn, log *slog.Logger) *coordConn {
+	return &coordConn{conn: conn, log: log}
+}
+
+// Invoke implements grpc.ClientConnInterface with attemptPolicies.
+func (c *coordConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	policy := attemptPolicies[method]
+	if policy == passThrough {
+		return c.conn.Invoke(ctx, method, args, reply, opts...)
+	}
+	for n := 1; ; n++ {
+		gen := c.conn.Gen()
+		unanswered, err := c.attempt(ctx, method, args, reply, opts)
+		if unanswered {
+			c.redial(gen, method)
+			err = errUnanswered
+		}
+		cutOff := status.Code(err) == codes.Canceled && ctx.Err() == nil // its connection was replaced under it
+		if err == nil || !(unanswered || cutOff) || policy != resent || ctx.Err() != nil || n == maxAttempts {
+			return err
+		}
+	}
+}
+
+// attempt makes one bounded attempt and reports whether it went
+// unanswered.
+func (c *coordConn) attempt(ctx context.Context, method string, args, reply any, opts []grpc.CallOption) (bool, error) {
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	start := time.Now()
+	err := c.conn.Invoke(actx, method, args, reply, opts...)
+	unanswered := status.Code(err) == codes.DeadlineExceeded && actx.Err() != nil && time.Since(start) >= unansweredAfter
+	return unanswered, err
+}
+
+// redial replaces connection gen, if it is still the current one.
+func (c *coordConn) redial(gen uint64, method string) {
+	replaced, err := c.conn.Redial(gen)
+	switch {
+	case replaced:
+		c.log.Warn("the link to the coordinators is half-dead; redialled", "why", "an attempt went unanswered", "method", method)
+	case err != nil && !errors.Is(err, dial.ErrClosed):
+		c.log.Error("redialling the coordinators", "err", err)
+	}
+}
+
+// NewStream implements grpc.ClientConnInterface on the current connection.
+func (c *coordConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return c.conn.NewStream(ctx, desc, method, opts...)
+}

@@ -1,0 +1,302 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+// halfDeadBound is how soon a cancel or a new call through a half-dead
+// coordinator link must be settled: keepalive alone takes 15 s (10 s + 5 s);
+// redialling takes one 2 s attempt per dead connection, two here.
+const halfDeadBound = 8 * time.Second
+
+// replyProxy forwards TCP from a loopback port to a target. Told to lose
+// replies, every connection open then, or accepted until heal, loses for
+// good what the target sends back, while what is sent to it still
+// arrives. No socket is closed: the client must find out for itself.
+type replyProxy struct {
+	addr   string
+	target string
+	lis    net.Listener
+	silent atomic.Bool
+	// silentAccepts counts connections accepted while replies were lost:
+	// the client redialled into the fault.
+	silentAccepts atomic.Int32
+	healed        chan struct{} // closed when the first one was accepted
+
+	mu    sync.Mutex
+	conns map[net.Conn]*atomic.Bool // both sides of each pair, and whether its replies are lost
+	wg    sync.WaitGroup
+}
+
+func startReplyProxy(t *testing.T, target string) *replyProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyProxy{addr: lis.Addr().String(), target: target, lis: lis, healed: make(chan struct{}), conns: map[net.Conn]*atomic.Bool{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+// loseReplies silences the replies of every connection open now, and of
+// those accepted until the first fresh connection arrives, which stays
+// silent too: the next one carries replies.
+func (p *replyProxy) loseReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.silent.Store(true)
+	for _, lost := range p.conns {
+		lost.Store(true)
+	}
+}
+
+func (p *replyProxy) close() {
+	p.lis.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *replyProxy) accept() {
+	for {
+		in, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		lost := &atomic.Bool{}
+		p.mu.Lock()
+		if p.silent.Load() {
+			lost.Store(true)
+			if p.silentAccepts.Add(1) == 1 {
+				p.silent.Store(false) // heal: the next connection carries replies
+				close(p.healed)
+			}
+		}
+		p.conns[in], p.conns[out] = lost, lost
+		p.mu.Unlock()
+		p.wg.Go(func() { forward(out, in, &atomic.Bool{}) }) // requests always arrive
+		p.wg.Go(func() { forward(in, out, lost) })
+	}
+}
+
+// forward copies src to dst, dropping what arrives once lost is set; it
+// closes both when either side ends.
+func forward(dst, src net.Conn, lost *atomic.Bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !lost.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// halfDeadStack is a coordinator whose keepalive is far beyond the test
+// (so it never cuts the half-dead link for the gateway), a worker with the
+// demo tools attached to it directly, and a gateway whose coordinator
+// link, a dial.Conn with the default keepalive, goes through a replyProxy.
+type halfDeadStack struct {
+	cli    *clientv3.Client
+	direct pb.CoordinatorServiceClient
+	proxy  *replyProxy
+	url    string
+}
+
+func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
+	st := &halfDeadStack{cli: etcdtest.Single(t).Client()}
+	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
+	co := testcluster.StartCoordinatorKeepalive(t, st.cli, coordinator.Options{}, lax)
+	testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "w1"}, demo.Register)
+	st.direct = co.Client(t)
+	waitFor(t, "the demo tools", func() bool {
+		resp, err := st.direct.ListTools(t.Context(), nil)
+		return err == nil && len(resp.Tools) >= 3
+	})
+	st.proxy = startReplyProxy(t, co.Addr)
+	conn, err := dial.Open(st.proxy.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	gw.Name, gw.CoordinatorConn = "gw-halfdead", conn
+	_, st.url = testcluster.StartGateway(t, nil, gw)
+	return st
+}
+
+// decisions are the outcomes recorded for a scope, by request id.
+func (st *halfDeadStack) decisions(t *testing.T, scope string) map[string][]string {
+	got := map[string][]string{}
+	for _, a := range testcluster.Audits(t, st.cli) {
+		for _, rec := range a {
+			if rec.Scope == scope {
+				id := string(rec.RequestID)
+				got[id] = append(got[id], rec.Outcome+"/"+rec.Initiator)
+			}
+		}
+	}
+	return got
+}
+
+func (st *halfDeadStack) inFlight(t *testing.T) int32 {
+	resp, err := st.direct.ListWorkers(t.Context(), nil)
+	if err != nil || len(resp.Workers) != 1 {
+		return -1
+	}
+	return resp.Workers[0].InFlight
+}
+
+// afterRedial checks the gateway redialled into the fault, and that a new
+// call on it now succeeds.
+func (st *halfDeadStack) afterRedial(t *testing.T, sid string, id int) {
+	select {
+	case <-st.proxy.healed:
+	default:
+		t.Fatal("the gateway never redialled its coordinator link")
+	}
+	r := <-startCall(t, st.url, sid, id, "echo", map[string]any{"text": "after the fault"}, nil)
+	if r.err != nil || !hasResponse(r.msgs) || !strings.Contains(fmt.Sprint(r.msgs), "after the fault") || strings.Contains(fmt.Sprint(r.msgs), "isError:true") {
+		t.Fatalf("a new call after the fault got %v (%v), want its result", r.msgs, r.err)
+	}
+}
+
+// A client's cancel of a running call, through a gateway whose link to
+// the coordinators lost every reply (sockets open), waited for keepalive
+// (15 s) before it was decided, and the handler ran on. Its Cancel attempt
+// now goes unanswered for 2 s, the gateway redials, and the Cancel goes
+// out again on the fresh connection; here the first fresh one is lost to
+// the fault too, so it redials once more.
+func TestHalfDeadCoordinatorLinkCancel(t *testing.T) {
+	st := newHalfDeadStack(t, gateway.Options{})
+	sid := openSession(t, st.url)
+	seen := make(chan struct{})
+	call := startCallSeen(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60, "steps": 600}, "tok", seen)
+	<-seen // the handler runs
+	st.proxy.loseReplies()
+	lost := time.Now()
+	if code, body := post(t, st.url, sid, cancelMsg(1, "changed my mind")); code != 202 {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	var r streamResult
+	select {
+	case r = <-call:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call's stream did not end 20 s after the cancel")
+	}
+	decided := time.Since(lost)
+	waitFor(t, "the worker to stop the handler", func() bool { return st.inFlight(t) == 0 })
+	stopped := time.Since(lost)
+	t.Logf("cancel decided %v and handler stopped %v after the replies were lost", decided.Round(time.Millisecond), stopped.Round(time.Millisecond))
+	if r.err != nil || hasResponse(r.msgs) {
+		t.Fatalf("the cancelled call's stream carried %v (%v), want no response", r.msgs, r.err)
+	}
+	if stopped > halfDeadBound {
+		t.Fatalf("the handler stopped %v after the fault; keepalive alone takes 15 s, the bound is %v", stopped, halfDeadBound)
+	}
+	if got := st.decisions(t, "session:"+sid)["1"]; len(got) != 1 || got[0] != "cancelled/client" {
+		t.Fatalf("decisions = %v, want one cancelled/client", got)
+	}
+	st.afterRedial(t, sid, 2)
+}
+
+// A new call on a gateway whose coordinator link went half-dead waited
+// 15 s for its Begin. The Begin attempt now goes unanswered for 2 s and
+// the gateway redials; Begin is not sent twice (it may have created the
+// call), so the client is told the call could not start, and the lost
+// Begin is failed through the fresh connection as before (failLostBegin):
+// the record says failed, as the client was told.
+func TestHalfDeadCoordinatorLinkBegin(t *testing.T) {
+	st := newHalfDeadStack(t, gateway.Options{})
+	sid := openSession(t, st.url)
+	st.proxy.loseReplies()
+	lost := time.Now()
+	var r streamResult
+	select {
+	case r = <-startCall(t, st.url, sid, 1, "echo", map[string]any{"text": "into the fault"}, nil):
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer 20 s after the call")
+	}
+	took := time.Since(lost)
+	t.Logf("answered %v after the replies were lost", took.Round(time.Millisecond))
+	if r.err != nil || len(r.msgs) != 1 || r.msgs[0]["error"] == nil {
+		t.Fatalf("the client got %v (%v), want the error that the call could not start", r.msgs, r.err)
+	}
+	if took > halfDeadBound {
+		t.Fatalf("answered after %v; keepalive alone takes 15 s, the bound is %v", took, halfDeadBound)
+	}
+	if got := st.decisions(t, "session:"+sid)["1"]; len(got) != 1 || !strings.HasPrefix(got[0], "failed/") {
+		t.Fatalf("decisions = %v, want one failed: the client was told the call could not start", got)
+	}
+	st.afterRedial(t, sid, 2)
+}
+
+// The quiet-stream probe of a call that sends nothing (no progress token)
+// finds a half-dead link by itself: its GetCall goes unanswered for its
+// 2 s, the gateway redials, and the next probe goes out on the fresh
+// connection. No client had to ask for anything, and the cancel that
+// follows is decided at once.
+func TestHalfDeadCoordinatorLinkProbe(t *testing.T) {
+	const interval = time.Second
+	st := newHalfDeadStack(t, gateway.Options{ProbeInterval: interval})
+	sid := openSession(t, st.url)
+	call := startCall(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60}, nil)
+	waitFor(t, "the call to run", func() bool { return st.inFlight(t) == 1 })
+	st.proxy.loseReplies()
+	lost := time.Now()
+	select {
+	case <-st.proxy.healed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the gateway did not redial 20 s after the replies were lost")
+	}
+	took := time.Since(lost)
+	t.Logf("redialled %v after the replies were lost (probe interval %v)", took.Round(time.Millisecond), interval)
+	if bound := interval + 2*time.Second + time.Second; took > bound {
+		t.Fatalf("redialled after %v, want within %v (a probe interval, one unanswered attempt, slack)", took, bound)
+	}
+	if code, body := post(t, st.url, sid, cancelMsg(1, "done waiting")); code != 202 {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	r := <-call
+	waitFor(t, "the worker to stop the handler", func() bool { return st.inFlight(t) == 0 })
+	if r.err != nil || hasResponse(r.msgs) {
+		t.Fatalf("the cancelled call's stream carried %v (%v), want no response", r.msgs, r.err)
+	}
+	if got := st.decisions(t, "session:"+sid)["1"]; len(got) != 1 || got[0] != "cancelled/client" {
+		t.Fatalf("decisions = %v, want one cancelled/client", got)
+	}
+	st.afterRedial(t, sid, 2)
+}

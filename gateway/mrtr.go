@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// 2026-07-28 multi round-trip requests (MRTR). A server sends a
+// 2026-07-28 client no requests: when a call's handler asks its client
+// something, the gateway answers the call with resultType
+// "input_required", the handler's requests as inputRequests (keyed by
+// the handler's keys, see worker.WithInputKey), and a requestState. The
+// client retries the call (a new id, any replica) with inputResponses and
+// the state; the retry runs the handler again with every answer so far,
+// and each request whose key has an answer returns it without asking, so
+// the handler gets past it. The round's call ends CANCELLED by the tool
+// once its input_required result is out.
+//
+// requestState is sealed with AES-256-GCM under a key every replica
+// shares (Options.StateKey): it holds the answers of earlier rounds and
+// an expiry, and its additional data binds it to the principal and the
+// request (tool and arguments). State that does not open under the
+// principal and request of the retry, or that expired, is refused with
+// -32602.
+
+// mrtrMethods are the requests an input_required result may answer.
+var mrtrMethods = []string{"tools/call", "prompts/get", "resources/read"}
+
+// stateKeyBytes is the size of Options.StateKey (AES-256).
+const stateKeyBytes = 32
+
+// errState is the reason a requestState is refused.
+var (
+	errStateTampered = errors.New("requestState failed its integrity check: it was altered, or is not for this principal and request")
+	errStateExpired  = errors.New("requestState expired; call the tool again without it")
+)
+
+// round is a 2026-07-28 call's part in multi round-trip requests.
+type round struct {
+	inputs  map[string][]byte // every answer so far, by key, for the worker
+	pending []inputRequest    // requests of this round gathered so far
+}
+
+type inputRequest struct {
+	key    string
+	method string
+	params json.RawMessage
+}
+
+type sealedState struct {
+	Expires int64                      `json:"exp"` // Unix nanoseconds
+	Answers map[string]json.RawMessage `json:"answers"`
+}
+
+// mrtrParams are the retry's fields of a 2026-07-28 tools/call.
+type mrtrParams struct {
+	InputResponses json.RawMessage `json:"inputResponses"`
+	RequestState   *string         `json:"requestState"`
+}
+
+// openRound reads a 2026-07-28 call's inputResponses and requestState
+// into the answers its handler gets.
+func (c *call) openRound(params json.RawMessage, p *routed) *jsonrpc.Error {
+	if !c.modern {
+		return nil // 2025 clients answer requests; nothing answers for them
+	}
+	c.toward.tool, c.toward.args = p.method+" "+p.target, p.arguments
+	if p.method != "tools/call" {
+		c.toward.args = p.params
+	}
+	var m mrtrParams
+	json.Unmarshal(params, &m)
+	answers := map[string]json.RawMessage{}
+	if m.RequestState != nil {
+		prior, err := c.s.g.openState(*m.RequestState, c.s.principal, c.toward.tool, c.toward.args)
+		if err != nil {
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: %v", err)
+		}
+		answers = prior
+	}
+	if m.InputResponses != nil {
+		var in map[string]json.RawMessage
+		if json.Unmarshal(m.InputResponses, &in) != nil || in == nil {
+			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: inputResponses must be an object")
+		}
+		for k, v := range in {
+			if len(v) == 0 || v[0] != '{' {
+				return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: inputResponses[%q] must be a result object", k)
+			}
+			answers[k] = v
+		}
+	}
+	if len(answers) > 0 {
+		c.toward.round.inputs = make(map[string][]byte, len(answers))
+		for k, v := range answers {
+			c.toward.round.inputs[k] = v
+		}
+	}
+	return nil
+}
+
+// parkForInput gathers a 2026-07-28 call's requests toward its client;
+// after the last of a batch it answers the call input_required and ends
+// the round's call.
+func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *pb.ClientRequest) {
+	c.toward.note(r.GetSeq(), r.GetMethod(), "")
+	if !slices.Contains(mrtrMethods, c.method) {
+		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "a 2026-07-28 client can be asked for input only in tools/call, prompts/get and resources/read")
+		return
+	}
+	if !declares(c.toward.caps, r.GetMethod(), r.GetParamsJson()) {
+		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
+		return
+	}
+	c.toward.round.pending = append(c.toward.round.pending, inputRequest{key: r.GetKey(), method: r.GetMethod(), params: r.GetParamsJson()})
+	c.toward.note(r.GetSeq(), r.GetMethod(), "input_required")
+	if r.GetMore() {
+		return
+	}
+	reqs := map[string]any{}
+	for _, in := range c.toward.round.pending {
+		reqs[in.key] = map[string]any{"method": in.method, "params": in.params}
+	}
+	answers := make(map[string]json.RawMessage, len(c.toward.round.inputs))
+	for k, v := range c.toward.round.inputs {
+		answers[k] = v
+	}
+	state, err := c.s.g.sealState(answers, c.s.principal, c.toward.tool, c.toward.args)
+	if err != nil {
+		c.s.g.log.Error("sealing requestState", "err", err)
+		return
+	}
+	c.setOutcome("input_required")
+	c.respond(jsonrpc.Response(c.id, map[string]any{"resultType": "input_required", "inputRequests": reqs, "requestState": state}))
+	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL,
+		reason: "the tool needs its client's input (2026-07-28 input_required); the client retries the call with its answers"})
+}
+
+// stateAAD binds a requestState to its principal and request.
+func stateAAD(principal, tool string, args json.RawMessage) []byte {
+	var v any
+	canon := []byte("{}")
+	if len(args) > 0 && json.Unmarshal(args, &v) == nil && v != nil {
+		canon, _ = json.Marshal(v) // maps marshal with sorted keys
+	}
+	sum := sha256.Sum256(canon)
+	return []byte("mcpcancel-mrtr-v1\x00" + principal + "\x00" + tool + "\x00" + hex.EncodeToString(sum[:]))
+}
+
+func (g *Gateway) stateAEAD() (cipher.AEAD, error) {
+	block, err := aes.NewCipher(g.opts.StateKey)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sealState seals the answers so far, for the client to echo.
+func (g *Gateway) sealState(answers map[string]json.RawMessage, principal, tool string, args json.RawMessage) (string, error) {
+	aead, err := g.stateAEAD()
+	if err != nil {
+		return "", err
+	}
+	plain, err := json.Marshal(sealedState{Expires: time.Now().Add(g.opts.InputTimeout).UnixNano(), Answers: answers})
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, aead.NonceSize())
+	rand.Read(nonce)
+	sealed := aead.Seal(nonce, nonce, plain, stateAAD(principal, tool, args))
+	return base64.RawURLEncoding.EncodeToString(sealed), nil
+}
+
+// openState opens a requestState the client echoed.
+func (g *Gateway) openState(state, principal, tool string, args json.RawMessage) (map[string]json.RawMessage, error) {
+	aead, err := g.stateAEAD()
+	if err != nil {
+		return nil, err
+	}
+	b, err := base64.RawURLEncoding.DecodeString(state)
+	if err != nil || len(b) < aead.NonceSize() {
+		return nil, errStateTampered
+	}
+	plain, err := aead.Open(nil, b[:aead.NonceSize()], b[aead.NonceSize():], stateAAD(principal, tool, args))
+	if err != nil {
+		return nil, errStateTampered
+	}
+	var st sealedState
+	if json.Unmarshal(plain, &st) != nil {
+		return nil, errStateTampered
+	}
+	if time.Now().UnixNano() > st.Expires {
+		return nil, errStateExpired
+	}
+	if st.Answers == nil {
+		st.Answers = map[string]json.RawMessage{}
+	}
+	return st.Answers, nil
+}

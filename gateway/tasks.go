@@ -1,0 +1,384 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/mcpcancel/mcpcancel/api/client"
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// MCP tasks, in both wire forms, on the coordinator's one state machine:
+//
+//   - 2025-11-25: a tools/call with params.task becomes a task and is
+//     answered with CreateTaskResult ({task: Task}) once the task is in
+//     etcd; tasks/get, tasks/result (blocks until terminal), tasks/list and
+//     tasks/cancel (-32602 on a terminal task) work from any replica, and
+//     notifications/tasks/status reach the session that created the task,
+//     when it can hear them.
+//   - 2026-07-28, the io.modelcontextprotocol/tasks extension: a request
+//     that declares the extension in its client capabilities gets a flat
+//     CreateTaskResult (resultType "task") for a tool that supports tasks;
+//     tasks/get inlines the result or error; tasks/cancel is an
+//     acknowledgement; tasks/result and tasks/list are -32601.
+//
+// Tasks belong to the principal, not to a session or connection: they
+// outlive both, and the gateway that created them. The creating gateway
+// starts the task's call on its worker and follows the stream while it
+// lives, only to tell its client of the status; the worker keeps running
+// the task if the stream goes, and the result is read from the
+// coordinator.
+
+// extTasks is the 2026-07-28 tasks extension's identifier.
+const extTasks = "io.modelcontextprotocol/tasks"
+
+// metaRelatedTask associates a message with its task (2025-11-25).
+const metaRelatedTask = "io.modelcontextprotocol/related-task"
+
+// Task support of a tool (execution.taskSupport).
+const (
+	taskForbidden = "forbidden"
+	taskOptional  = "optional"
+	taskRequired  = "required"
+)
+
+// waitTaskTimeout bounds one tasks/result wait; a client may ask again.
+const waitTaskTimeout = 10 * time.Minute
+
+// taskRequest is what a tools/call says about running as a task.
+type taskRequest struct {
+	Task *struct {
+		TTL *float64 `json:"ttl"`
+	} `json:"task"`
+}
+
+// taskSupport is the tool's execution.taskSupport; "" if no worker offers
+// it.
+func (g *Gateway) taskSupport(ctx context.Context, name string) string {
+	t := g.knownTool(ctx, name)
+	if t == nil {
+		return ""
+	}
+	if ts := t.GetTaskSupport(); ts == taskOptional || ts == taskRequired {
+		return ts
+	}
+	return taskForbidden
+}
+
+// modernOptedIn says whether a 2026-07-28 request declares the tasks
+// extension in its client capabilities.
+func modernOptedIn(params json.RawMessage) bool {
+	var caps struct {
+		Extensions map[string]json.RawMessage `json:"extensions"`
+	}
+	raw, ok := parseEnvelope(params).caps["extensions"]
+	if !ok || json.Unmarshal([]byte(`{"extensions":`+string(raw)+`}`), &caps) != nil {
+		return false
+	}
+	_, ok = caps.Extensions[extTasks]
+	return ok
+}
+
+// maybeTask handles a tools/call that runs as a task, or that must and
+// does not; it reports whether it answered the request.
+func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, reply sink) bool {
+	support := s.g.taskSupport(ctx, p.target)
+	if support == "" {
+		return false // an unknown tool: the call answers it
+	}
+	var tr taskRequest
+	json.Unmarshal(m.Params, &tr)
+	var asTask bool
+	if s.isModern() {
+		// The server decides; the client's legacy task hint is ignored.
+		asTask = support != taskForbidden && modernOptedIn(m.Params)
+		if support == taskRequired && !asTask {
+			data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
+			reply.send(jsonrpc.ErrorResponse(m.ID, true, &jsonrpc.Error{
+				Code:    codeMissingCapability,
+				Message: "Missing required client capability: tool " + p.target + " runs only as a task, which needs the " + extTasks + " extension",
+				Data:    data,
+			}))
+			return true
+		}
+	} else {
+		asTask = tr.Task != nil
+		switch {
+		case asTask && support == taskForbidden:
+			reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "tool %s does not run as a task (execution.taskSupport is forbidden)", p.target)))
+			return true
+		case !asTask && support == taskRequired:
+			reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "tool %s runs only as a task: call it with params.task", p.target)))
+			return true
+		}
+	}
+	if !asTask {
+		return false
+	}
+	var ttl time.Duration
+	if tr.Task != nil && tr.Task.TTL != nil && *tr.Task.TTL > 0 {
+		ttl = time.Duration(*tr.Task.TTL) * time.Millisecond
+	}
+	s.createTask(ctx, m, p, ttl, reply)
+	return true
+}
+
+// createTask creates the task, answers CreateTaskResult once it is in
+// etcd, and starts its call on the worker.
+func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed, ttl time.Duration, reply sink) {
+	g := s.g
+	cctx, cancel := context.WithTimeout(g.base, cancelTimeout)
+	defer cancel()
+	req := &pb.CreateTaskRequest{
+		Key: &pb.CallKey{Scope: s.scope, RequestId: requestID(m.ID)}, Tool: p.target,
+		Principal: s.principal, Gateway: g.opts.Name,
+	}
+	if ttl > 0 {
+		req.Ttl = durationpb.New(ttl)
+	}
+	created, err := g.coord.CreateTask(cctx, req)
+	if err != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, createTaskError(err, p.target)))
+		g.metrics.call(p.target, outcomeRejected)
+		return
+	}
+	t := created.GetTask()
+	if s.isModern() {
+		reply.send(jsonrpc.Response(m.ID, modernCreateTaskResult(t)))
+	} else {
+		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": legacyTask(t)}))
+	}
+	token, scopes := p.token, identityFrom(ctx).Scopes
+	if len(token) > 0 && token[0] != '"' && token[0] != '-' && (token[0] < '0' || token[0] > '9') {
+		token = nil // a progress token is a string or a number
+	}
+	if !g.startTask(func(base context.Context) { s.runTask(base, p, created, token, scopes) }) {
+		g.failTask(t, "the gateway shut down before the task started")
+	}
+}
+
+func createTaskError(err error, tool string) *jsonrpc.Error {
+	switch client.Kind(err) {
+	case client.ErrUnknownTool:
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", tool)
+	case client.ErrTooManyTasks:
+		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "too many tasks: %s", status.Convert(err).Message())
+	case client.ErrNoCapacity:
+		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "every worker offering %s is busy; try again shortly", tool)
+	case client.ErrSessionClosed:
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "the session was closed; initialize a new one")
+	}
+	return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the task could not be created: %s", status.Convert(err).Message())
+}
+
+// startTask runs f under the gateway, which waits for it at shutdown; it
+// reports false if the gateway is shutting down.
+func (g *Gateway) startTask(f func(context.Context)) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.taskRuns.Go(func() { f(g.base) })
+	return true
+}
+
+// runTask starts the task's call on its worker and follows the stream
+// while it lasts. The worker keeps running the task when the stream ends
+// (this gateway shutting down, say). A worker that refuses the call fails
+// the task; a stream lost otherwise leaves the task to its worker, or, if
+// the worker is gone, to the coordinator's janitor.
+func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTaskResponse, token json.RawMessage, scopes []string) {
+	g := s.g
+	t := created.GetTask()
+	wc, err := g.workerClient(created.GetWorkerAddress())
+	if err != nil {
+		g.failTask(t, "the task's worker could not be reached: "+err.Error())
+		return
+	}
+	ctx, stop := context.WithDeadline(ctx, created.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
+	defer stop()
+	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
+		CallId: t.GetTaskId(), Fence: t.GetFence(), Tool: p.target, ArgumentsJson: p.arguments,
+		Deadline: created.GetDeadline(), Progress: len(token) > 0,
+		Worker: t.GetWorker(), Principal: s.principal, Scopes: scopes, Task: true,
+	})
+	if err == nil {
+		err = drain(stream, func(pr *pb.Progress) { s.taskProgress(t.GetTaskId(), token, pr) })
+	}
+	switch status.Code(err) {
+	case codes.OK:
+		s.notifyTask(t.GetTaskId())
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.ResourceExhausted, codes.AlreadyExists:
+		g.failTask(t, "the worker refused the task: "+status.Convert(err).Message())
+		s.notifyTask(t.GetTaskId())
+	default:
+		if ctx.Err() == nil {
+			g.log.Info("lost the stream of a task; its worker keeps running it", "task", t.GetTaskId(), "err", err)
+		}
+	}
+}
+
+// drain reads a task's stream to its end, passing on its progress; nil
+// when it ended with an outcome.
+func drain(stream pb.WorkerService_ExecuteClient, progress func(*pb.Progress)) error {
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return status.Error(codes.Unknown, "the worker ended the task's stream without an outcome")
+		}
+		if err != nil {
+			return err
+		}
+		switch e := ev.GetEvent().(type) {
+		case *pb.ExecuteResponse_Progress:
+			progress(e.Progress)
+		case *pb.ExecuteResponse_Result, *pb.ExecuteResponse_Failed, *pb.ExecuteResponse_Cancelled:
+			return nil
+		}
+	}
+}
+
+// failTask fails a task whose call never started on its worker.
+func (g *Gateway) failTask(t *pb.Task, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.base), cancelTimeout)
+	defer cancel()
+	_, err := g.coord.Fail(ctx, &pb.FailRequest{
+		Call:      &pb.CallRef{CallId: t.GetTaskId(), Fence: t.GetFence(), Worker: t.GetWorker()},
+		Initiator: pb.Initiator_INITIATOR_WORKER_LOST, Reason: reason,
+	})
+	if err != nil {
+		g.log.Warn("cannot fail a task that did not start; the janitor will", "task", t.GetTaskId(), "err", err)
+	}
+}
+
+// notifyTask tells the session's client the task's status, if the client
+// can hear notifications (2025-era sessions with a stream open).
+func (s *session) notifyTask(id string) {
+	if s.isModern() {
+		return // notifications/tasks go on listen streams, which do not carry tasks yet
+	}
+	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
+	defer cancel()
+	got, err := s.g.coord.GetTask(ctx, &pb.GetTaskRequest{TaskId: id, Principal: s.principal})
+	if err != nil {
+		return
+	}
+	s.notifyTaskStatus(got.GetTask())
+}
+
+var taskStatusNames = map[pb.TaskStatus]string{
+	pb.TaskStatus_TASK_STATUS_WORKING:        "working",
+	pb.TaskStatus_TASK_STATUS_INPUT_REQUIRED: "input_required",
+	pb.TaskStatus_TASK_STATUS_COMPLETED:      "completed",
+	pb.TaskStatus_TASK_STATUS_FAILED:         "failed",
+	pb.TaskStatus_TASK_STATUS_CANCELLED:      "cancelled",
+}
+
+func taskFields(t *pb.Task) map[string]any {
+	m := map[string]any{
+		"taskId":        t.GetTaskId(),
+		"status":        taskStatusNames[t.GetStatus()],
+		"createdAt":     t.GetCreatedAt().AsTime().UTC().Format(time.RFC3339Nano),
+		"lastUpdatedAt": t.GetLastUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
+	}
+	if msg := taskMessage(t); msg != "" {
+		m["statusMessage"] = msg
+	}
+	return m
+}
+
+// taskMessage says why a task failed or was cancelled.
+func taskMessage(t *pb.Task) string {
+	switch t.GetStatus() {
+	case pb.TaskStatus_TASK_STATUS_CANCELLED:
+		if t.GetInitiator() == pb.Initiator_INITIATOR_CLIENT {
+			return "The task was cancelled by request."
+		}
+		return cancelledMessage(t.GetInitiator(), t.GetStatusMessage())
+	case pb.TaskStatus_TASK_STATUS_FAILED:
+		return "the tool failed: " + t.GetStatusMessage()
+	}
+	return ""
+}
+
+// legacyTask is a Task in 2025-11-25's form.
+func legacyTask(t *pb.Task) map[string]any {
+	m := taskFields(t)
+	m["ttl"] = t.GetTtl().AsDuration().Milliseconds()
+	m["pollInterval"] = t.GetPollInterval().AsDuration().Milliseconds()
+	return m
+}
+
+// modernTask is a Task in the 2026-07-28 extension's form.
+func modernTask(t *pb.Task) map[string]any {
+	m := taskFields(t)
+	m["ttlMs"] = t.GetTtl().AsDuration().Milliseconds()
+	m["pollIntervalMs"] = max(t.GetPollInterval().AsDuration().Milliseconds(), 1)
+	return m
+}
+
+func modernCreateTaskResult(t *pb.Task) map[string]any {
+	m := modernTask(t)
+	m["resultType"] = "task"
+	return m
+}
+
+// withTasks adds 2025-11-25's tasks capability.
+func withTasks(caps map[string]any) map[string]any {
+	caps["tasks"] = map[string]any{
+		"list": map[string]any{}, "cancel": map[string]any{},
+		"requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}},
+	}
+	return caps
+}
+
+// withTaskExtension adds the 2026-07-28 tasks extension.
+func withTaskExtension(caps map[string]any) map[string]any {
+	caps["extensions"] = map[string]any{extTasks: map[string]any{}}
+	return caps
+}
+
+// toolExecution is a tool's execution as tools/list shows it.
+type toolExecution struct {
+	TaskSupport string `json:"taskSupport"`
+}
+
+func execution(t *pb.Tool) *toolExecution {
+	if ts := t.GetTaskSupport(); ts == taskOptional || ts == taskRequired {
+		return &toolExecution{TaskSupport: ts}
+	}
+	return nil
+}
+
+// taskProgress relays a task's progress to a 2025-era client that gave a
+// progress token and can hear notifications: the token stays valid for
+// the task's life. Progress coalesces to the latest, and none follows the
+// task's end (the stream's outcome ends drain).
+func (s *session) taskProgress(id string, token json.RawMessage, p *pb.Progress) {
+	if len(token) == 0 || s.isModern() {
+		return
+	}
+	params := map[string]any{"progressToken": token, "progress": p.GetProgress(),
+		"_meta": map[string]any{metaRelatedTask: map[string]any{"taskId": id}}}
+	if p.GetTotal() > 0 {
+		params["total"] = p.GetTotal()
+	}
+	if p.GetMessage() != "" {
+		params["message"] = p.GetMessage()
+	}
+	s.mu.Lock()
+	k := s.notifier
+	s.mu.Unlock()
+	if k != nil {
+		k.sendLatest("task-progress/"+id, jsonrpc.Notification("notifications/progress", params))
+	}
+}

@@ -1,0 +1,139 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpcancel/mcpcancel/worker"
+)
+
+// Requests the server sends toward its client. The adapter declares
+// sampling, elicitation (form and URL) and roots to its server, so the
+// server registers the tools that need them, and relays each such request
+// to the client of the call it relates to, through Call.Request: the
+// gateway issues it under an id of its own and the SDK keeps the server's,
+// so ids are translated both ways. When the server cancels its request
+// (notifications/cancelled), the SDK ends the request's context, the call
+// withdraws its request and the gateway cancels it at the client.
+//
+// One upstream session serves every call, and stdio carries no relation
+// between a server's request and the call it serves. A request is
+// therefore related to the call in flight when exactly one is; with none
+// (roots/list after initialize) or several, the server is answered with
+// an error and its call sees that. Per-client upstream sessions would
+// relate every request; until then this is the defined behaviour.
+
+// errNoCall is what the server hears for a request no call can answer.
+const (
+	codeNoCall   = -32603
+	codeNotAsked = -32601
+)
+
+// towardCapabilities are what the adapter declares to its server.
+func towardCapabilities() *mcp.ClientCapabilities {
+	return &mcp.ClientCapabilities{
+		Sampling:    &mcp.SamplingCapabilities{},
+		Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}},
+		RootsV2:     &mcp.RootCapabilities{},
+	}
+}
+
+// inflight is the calls being forwarded to the server.
+type inflight struct {
+	mu    sync.Mutex
+	calls map[*worker.Call]context.Context
+}
+
+// add records a call until the returned func is called.
+func (f *inflight) add(ctx context.Context, c *worker.Call) func() {
+	f.mu.Lock()
+	if f.calls == nil {
+		f.calls = map[*worker.Call]context.Context{}
+	}
+	f.calls[c] = ctx
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.calls, c)
+		f.mu.Unlock()
+	}
+}
+
+// only returns the call in flight if there is exactly one.
+func (f *inflight) only() (*worker.Call, context.Context, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c, ctx := range f.calls {
+		if len(f.calls) == 1 {
+			return c, ctx, 1
+		}
+	}
+	return nil, nil, len(f.calls)
+}
+
+// relayToClient is the client session's receiving middleware: requests
+// toward the client go to the call's client; everything else to the SDK.
+func (a *Adapter) relayToClient(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		var result mcp.Result
+		switch method {
+		case "sampling/createMessage":
+			result = &mcp.CreateMessageResult{}
+		case "elicitation/create":
+			result = &mcp.ElicitResult{}
+		case "roots/list":
+			result = &mcp.ListRootsResult{}
+		default:
+			return next(ctx, method, req)
+		}
+		raw, err := a.askClient(ctx, method, req)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, result); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's answer does not decode: " + err.Error()}
+		}
+		return result, nil
+	}
+}
+
+// askClient relays one server request to its call's client. It ends when
+// the server cancels it (ctx) or the call ends.
+func (a *Adapter) askClient(ctx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
+	c, callCtx, n := a.calls.only()
+	if c == nil {
+		msg := "no call is in flight to relate this request to"
+		if n > 1 {
+			msg = "several calls are in flight and the request does not say which it serves"
+		}
+		a.log.Info("refusing a server request toward the client", "method", method, "reason", msg)
+		return nil, &jsonrpc.Error{Code: codeNoCall, Message: msg}
+	}
+	if p, ok := req.GetParams().(*mcp.ElicitParams); ok && p.Mode == "" {
+		p.Mode = "form" // the SDK's zero value; on the wire, a form request
+	}
+	params, err := json.Marshal(req.GetParams())
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(callCtx, cancel)()
+	defer cancel()
+	raw, err := c.Request(ctx, method, params)
+	var ce *worker.ClientError
+	switch {
+	case err == nil:
+		return raw, nil
+	case errors.As(err, &ce):
+		return nil, &jsonrpc.Error{Code: ce.Code, Message: ce.Message, Data: ce.Data}
+	case errors.Is(err, worker.ErrNotDeclared):
+		return nil, &jsonrpc.Error{Code: codeNotAsked, Message: "the client did not declare the capability this request needs"}
+	default:
+		return nil, &jsonrpc.Error{Code: codeNoCall, Message: "the request was not answered: " + err.Error()}
+	}
+}
