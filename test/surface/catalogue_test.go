@@ -24,7 +24,9 @@ import (
 func TestListsArePaginated(t *testing.T) {
 	const n = 250
 	s := startSystem(t, func(w *worker.Worker) {
-		read := func(context.Context, *worker.Call) (*mcp.ReadResourceResult, error) { return &mcp.ReadResourceResult{}, nil }
+		read := func(context.Context, *worker.Call) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{}, nil
+		}
 		for i := range n {
 			w.HandleResource(&worker.Resource{URI: fmt.Sprintf("page://%03d", i), Name: fmt.Sprint(i)}, read)
 		}
