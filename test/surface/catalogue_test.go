@@ -31,15 +31,22 @@ func TestListsArePaginated(t *testing.T) {
 			w.HandleResource(&worker.Resource{URI: fmt.Sprintf("page://%03d", i), Name: fmt.Sprint(i)}, read)
 		}
 	})
-	_, first := testcluster.PostMCP(t, s.url, "", initialize(t, s.url), `{"jsonrpc":"2.0","id":2,"method":"resources/list"}`)
+	session := initialize(t, s.url)
+	var first []byte
 	var page struct {
 		Result struct {
 			Resources  []json.RawMessage `json:"resources"`
 			NextCursor string            `json:"nextCursor"`
 		} `json:"result"`
 	}
-	if err := json.Unmarshal(first, &page); err != nil || len(page.Result.Resources) != 100 || page.Result.NextCursor == "" {
-		t.Fatalf("first page %s: %d resources, cursor %q, %v; want 100 and a cursor", first, len(page.Result.Resources), page.Result.NextCursor, err)
+	// The gateway hears of the worker's offers through the coordinator's
+	// watch, a moment after the worker attached.
+	testcluster.WaitFor(t, "the worker's resources in the gateway's catalogue", func() bool {
+		_, first = testcluster.PostMCP(t, s.url, "", session, `{"jsonrpc":"2.0","id":2,"method":"resources/list"}`)
+		return json.Unmarshal(first, &page) == nil && len(page.Result.Resources) > 0
+	})
+	if len(page.Result.Resources) != 100 || page.Result.NextCursor == "" {
+		t.Fatalf("first page %s: %d resources, cursor %q; want 100 and a cursor", first, len(page.Result.Resources), page.Result.NextCursor)
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "pages", Version: "1"}, nil).Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: s.url, MaxRetries: -1}, nil)
 	if err != nil {
