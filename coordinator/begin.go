@@ -190,7 +190,7 @@ func (e *indexTaken) Error() string { return "coordinator: request id already us
 // transaction, if the worker is still the one we saw and the index entry is
 // free (or still the settled call we are replacing). It returns the fence.
 func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *workerEntry, reuse int64) (int64, error) {
-	lease, err := s.retention.lease(ctx)
+	lease, err := s.begunLease.lease(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -218,7 +218,7 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.retention.forget(lease)
+			s.begunLease.forget(lease)
 		}
 		return 0, etcdErr(ctx, "begin", err)
 	}

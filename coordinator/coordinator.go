@@ -55,15 +55,16 @@ type Server struct {
 	keys keys
 	log  *slog.Logger
 
-	view      *view
-	running   *runningCalls
-	retention *retention
-	stops     *stopBatcher
-	commits   *committer
-	attached  *attachments
-	notes     noteWatchers
-	metrics   *metrics
-	health    *healthState
+	view       *view
+	running    *runningCalls
+	retention  *retention
+	begunLease *retention // Begin's: outlives the call's last possible decision
+	stops      *stopBatcher
+	commits    *committer
+	attached   *attachments
+	notes      noteWatchers
+	metrics    *metrics
+	health     *healthState
 
 	ready  chan struct{}
 	bg     sync.WaitGroup // stream receivers that outlive their handlers briefly
@@ -90,6 +91,13 @@ func New(opts Options) *Server {
 	s.view = newView(s)
 	s.running = newRunningCalls()
 	s.retention = &retention{s: s}
+	// A running call's record must outlive the latest moment anyone may
+	// still decide it (its deadline, then the janitor a lease TTL later),
+	// by a whole retention: a record that expired first would leave the
+	// call with no decision at all. The soak found this with a 10 s
+	// retention and 5 s calls: a janitor delayed 4 s under load found the
+	// record gone.
+	s.begunLease = &retention{s: s, extra: s.opts.MaxTimeout + s.opts.LeaseTTL}
 	s.stops = newStopBatcher(s)
 	s.commits = newCommitter(opts.Client, opts.OpTimeout)
 	s.metrics = newMetrics(s)
@@ -181,7 +189,8 @@ func (s *Server) now() time.Time { return s.opts.Now().UTC() }
 // lives Retention plus one rotation period and is never kept alive, so
 // records expire on their own; a new one is granted every Retention/24.
 type retention struct {
-	s *Server
+	s     *Server
+	extra time.Duration // added to Retention
 
 	mu      sync.Mutex
 	id      clientv3.LeaseID
@@ -195,7 +204,7 @@ func (r *retention) lease(ctx context.Context) (clientv3.LeaseID, error) {
 	if r.id != 0 && r.s.now().Sub(r.granted) < rotate {
 		return r.id, nil
 	}
-	ttl := int64((r.s.opts.Retention + rotate + time.Second - 1) / time.Second)
+	ttl := int64((r.s.opts.Retention + r.extra + rotate + time.Second - 1) / time.Second)
 	ctx, cancel := r.s.opCtx(ctx)
 	defer cancel()
 	resp, err := r.s.cli.Grant(ctx, ttl)
