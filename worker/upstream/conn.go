@@ -35,7 +35,12 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 	ctx, cancel := context.WithTimeout(ctx, a.opts.ConnectWait)
 	defer cancel()
 	if a.opts.URL != "" {
-		t := taskTransport{&mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}, &a.taskSupport}
+		// Not wrapped in taskTransport: the SDK starts the session's
+		// standalone GET stream (where a server sends what belongs to no
+		// request: resource updates, logs outside a call) through a method
+		// of its own connection type, which a wrapper hides. So a tool that
+		// requires task augmentation is served over stdio only.
+		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}
 		sess, err := client.Connect(ctx, t, nil)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", a.opts.URL, err)
