@@ -65,7 +65,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("console: %s, want a loopback URL", consoleURL)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute) // chromium starts slowly on a loaded host
 	defer cancel()
 	cmd := nodetest.Node(t, ctx, "console-browser.mjs", "--console", consoleURL, "--mcp", mcpURL, "--shots", shots, "--chromium", chromium)
 	var stderr bytes.Buffer

@@ -65,6 +65,11 @@ func Coordinator() *Policy {
 		coord("ListWorkers"): {g, a, o}, coord("GetCall"): {g, a, o},
 		coord("ListAudit"): {a, o}, coord("WatchAudit"): {a, o},
 		admin("ListCalls"): {a, o}, admin("WatchCalls"): {a, o}, admin("OperatorCancel"): {o},
+		// Tasks, subscriptions and session notifications are the gateway's,
+		// on behalf of its clients; the coordinator scopes each by principal.
+		coord("CreateTask"): {g}, coord("GetTask"): {g}, coord("WaitTask"): {g},
+		coord("ListTasks"): {g}, coord("CancelTask"): {g},
+		coord("SubscribeResource"): {g}, coord("WatchSessionNotifications"): {g},
 	})
 	for _, m := range []string{"Cancel", "Fail", "Complete"} {
 		p.check[coord(m)] = workerSettlesOwnCall
@@ -76,6 +81,8 @@ func Coordinator() *Policy {
 func Worker() *Policy {
 	return newPolicy(map[string][]string{
 		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Execute": {tlsconfig.RoleGateway},
+		// A client's answer to a request toward it, from any gateway.
+		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Answer": {tlsconfig.RoleGateway},
 	})
 }
 
