@@ -73,8 +73,12 @@ func (in *Injector) startProbe(ctx context.Context, kind string, seconds float64
 }
 
 // progressed waits until the client has seen n progress notifications.
+// The bound is 20 s, not 10: a probe begun just after two coordinators
+// were paused back to back waits for its worker to re-attach on a new
+// lease first (seen in CI: both paused at 14:51:19 and :25, the probe's
+// first progress later than 10 s).
 func (p *probe) progressed(ctx context.Context, n int) error {
-	return waitFor(ctx, 10*time.Second, "probe progress", func() bool {
+	return waitFor(ctx, 20*time.Second, "probe progress", func() bool {
 		got := 0
 		p.w.mark(func() { got = len(p.c.Progress) })
 		return got >= n
