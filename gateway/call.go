@@ -204,7 +204,13 @@ func (c *call) beginFailed(err error, p *routed) {
 		// The coordinator or etcd went away, perhaps after committing
 		// the call: make sure it ends FAILED, as the client is told.
 		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "method", p.method, "target", tool, "err", err)
-		c.failLostBegin()
+		if who, reason, ok := c.failLostBegin(); ok {
+			// The Begin did commit, and a cancellation (the client's
+			// disconnect, say) won before we could fail it: answer as
+			// that decision says, which is silence for the client's own.
+			c.cancelledBy(who, reason)
+			return
+		}
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))
 	}
 }
@@ -214,7 +220,10 @@ func (c *call) beginFailed(err error, p *routed) {
 // it otherwise after the client was told it could not start. It tries a
 // few times while the coordinator comes back, then leaves the call to the
 // janitor, which fails it past its deadline.
-func (c *call) failLostBegin() {
+//
+// If the call was created and a cancellation settled it first, it
+// reports that cancellation's initiator and reason, and ok.
+func (c *call) failLostBegin() (who pb.Initiator, reason string, ok bool) {
 	g := c.s.g
 	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
@@ -223,23 +232,37 @@ func (c *call) failLostBegin() {
 		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
 		if err == nil {
 			call := got.GetCall()
-			if call.GetState() != pb.CallState_CALL_STATE_RUNNING || call.GetGateway() != g.opts.Name {
+			if call.GetGateway() != g.opts.Name {
 				cancel()
-				return // not created, or an earlier call's record under the same id
+				return 0, "", false // not created: an earlier call's record under the same id
 			}
-			_, err = g.coord.Fail(ctx, &pb.FailRequest{
+			if call.GetState() == pb.CallState_CALL_STATE_CANCELLED {
+				cancel()
+				return call.GetInitiator(), call.GetReason(), true
+			}
+			if call.GetState() != pb.CallState_CALL_STATE_RUNNING {
+				cancel()
+				return 0, "", false
+			}
+			var failed *pb.FailResponse
+			failed, err = g.coord.Fail(ctx, &pb.FailRequest{
 				Call:      &pb.CallRef{CallId: call.GetCallId(), Fence: call.GetFence(), Worker: call.GetWorker()},
 				Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "the gateway lost Begin's reply and told the client the call could not start",
 			})
+			if err == nil && failed.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED {
+				cancel()
+				return failed.GetWinnerInitiator(), failed.GetWinnerReason(), true
+			}
 		}
 		cancel()
 		if err == nil || client.Is(err, client.ErrUnknownCall) {
-			return
+			return 0, "", false
 		}
 		if retry.Wait(g.base) != nil {
-			return
+			return 0, "", false
 		}
 	}
+	return 0, "", false
 }
 
 // execute streams the call from its worker and relays what comes back.

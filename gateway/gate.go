@@ -66,7 +66,14 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 		c.cancelledBy(o.who, o.reason)
 		return true
 	case pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED:
-		c.cancelledBy(resp.GetWinnerInitiator(), resp.GetWinnerReason())
+		who, why := resp.GetWinnerInitiator(), resp.GetWinnerReason()
+		if o.who == pb.Initiator_INITIATOR_CLIENT {
+			// The client asked for the cancel and expects no answer; that
+			// another cancellation got there first (its worker saw the
+			// stream end, say) changes nothing for it.
+			who = pb.Initiator_INITIATOR_CLIENT
+		}
+		c.cancelledBy(who, why)
 		return true
 	}
 	return false // completion (or failure) won; its answer goes out
