@@ -2,6 +2,8 @@ package robustness
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,7 +28,13 @@ type probe struct {
 	done   chan struct{} // the call returned
 	stall  *stallable    // nil unless the probe reads slowly
 	gw     int           // the gateway it talks to
+	err    error         // what CallTool returned; read after done
 }
+
+// errProbeEnded means a probe's call returned before the fault could be
+// aimed at it: the aftermath of an earlier fault (its worker's link still
+// silent, say) failed it, which is no failure of this fault's recovery.
+var errProbeEnded = errors.New("the probe's call ended before its first progress")
 
 // startProbe starts a call of the sleep tool for the fault kind.
 func (in *Injector) startProbe(ctx context.Context, kind string, seconds float64, steps int, slow bool) (*probe, error) {
@@ -61,6 +69,7 @@ func (in *Injector) startProbe(ctx context.Context, kind string, seconds float64
 		defer close(p.done)
 		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "sleep",
 			Arguments: map[string]any{"seconds": seconds, "steps": steps}, Meta: mcp.Meta{"progressToken": progress}})
+		p.err = err
 		if err != nil {
 			p.w.mark(func() {
 				if len(p.c.Responses) == 0 && p.c.CancelSent.IsZero() && p.c.Broken.IsZero() {
@@ -77,12 +86,35 @@ func (in *Injector) startProbe(ctx context.Context, kind string, seconds float64
 // were paused back to back waits for its worker to re-attach on a new
 // lease first (seen in CI: both paused at 14:51:19 and :25, the probe's
 // first progress later than 10 s).
+//
+// A call that returns first ends the wait with errProbeEnded; one that
+// is still running with too little progress ends it with the probe's
+// record, so that the report says where it stood.
 func (p *probe) progressed(ctx context.Context, n int) error {
-	return waitFor(ctx, 20*time.Second, "probe progress", func() bool {
-		got := 0
+	got := 0
+	err := waitFor(ctx, 20*time.Second, "probe progress", func() bool {
 		p.w.mark(func() { got = len(p.c.Progress) })
-		return got >= n
+		return got >= n || p.ended()
 	})
+	switch {
+	case got >= n:
+		return nil
+	case err == nil:
+		return fmt.Errorf("%w (%d of %d): %v", errProbeEnded, got, n, p.err)
+	}
+	var record []byte
+	p.w.mark(func() { record, _ = json.Marshal(p.c) })
+	return fmt.Errorf("%w; the probe's call: %s", err, record)
+}
+
+// ended says the probe's call has returned.
+func (p *probe) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // worker waits until the probe's call is placed and returns its worker's

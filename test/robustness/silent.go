@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -153,14 +154,25 @@ func (in *Injector) lostCompleteReply(ctx context.Context) error {
 }
 
 // aim starts a probe, waits for its first progress (so no retry can hide
-// the fault) and for its call record, and returns its worker's slot.
+// the fault) and for its call record, and returns its worker's slot. A
+// probe whose call ends first is replaced, up to three times.
 func (in *Injector) aim(ctx context.Context, kind string, seconds float64, steps int) (*probe, int, error) {
+	for try := 1; ; try++ {
+		p, w, err := in.aimOnce(ctx, kind, seconds, steps)
+		if !errors.Is(err, errProbeEnded) || try == 3 {
+			return p, w, err
+		}
+		in.log("fault %s: probe %d ended before the fault could be aimed (%v); another", kind, try, err)
+	}
+}
+
+func (in *Injector) aimOnce(ctx context.Context, kind string, seconds float64, steps int) (*probe, int, error) {
 	p, err := in.startProbe(ctx, kind, seconds, steps, false)
 	if err != nil {
 		return nil, 0, err
 	}
 	w, err := p.worker(ctx)
-	if err == nil {
+	if err == nil || p.ended() {
 		err = p.progressed(ctx, 1)
 	}
 	if err != nil {
