@@ -44,19 +44,25 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := s.cli.Watch(ctx, s.keys.workers(), clientv3.WithPrefix(), clientv3.WithFilterPut())
-	tick := time.NewTicker(s.opts.LeaseTTL)
-	defer tick.Stop()
+	wake := time.NewTimer(s.opts.LeaseTTL)
+	defer wake.Stop()
 	deadlines := map[string]time.Time{} // running calls' deadlines, learnt once per term
 	for {
 		if err := s.reconcile(ctx, deadlines); err != nil && ctx.Err() == nil {
 			s.log.Warn("janitor: reconcile", "err", err)
 		}
+		// Again within a lease TTL, or as the first stray falls due, so a
+		// stray is settled a lease TTL past its deadline, not up to two;
+		// never sooner than an eighth of a TTL, so a stray that will not
+		// settle (etcd away) is not retried in a tight loop.
+		wait := s.nextStray(deadlines).Sub(s.now())
+		wake.Reset(min(s.opts.LeaseTTL, max(s.opts.LeaseTTL/8, wait)))
 		select {
 		case <-sess.Done():
 			return
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-wake.C:
 		case _, ok := <-wch:
 			if !ok {
 				wch = s.cli.Watch(ctx, s.keys.workers(), clientv3.WithPrefix(), clientv3.WithFilterPut())
@@ -139,6 +145,19 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 		})
 	}
 	return eg.Wait()
+}
+
+// nextStray is when the first running call not yet settled as a stray
+// falls due: a lease TTL past its deadline (a little after, so the check
+// sees it past). Zero deadlines (records gone) are due now.
+func (s *Server) nextStray(deadlines map[string]time.Time) time.Time {
+	next := s.now().Add(s.opts.LeaseTTL)
+	for _, d := range deadlines {
+		if due := d.Add(s.opts.LeaseTTL + time.Millisecond); due.Before(next) {
+			next = due
+		}
+	}
+	return next
 }
 
 // janitorParallel is how many abandoned calls the janitor settles at once.
