@@ -33,7 +33,7 @@ func TestListenTaskNotifications(t *testing.T) {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) == 1
 	})
-	_, urlA := testcluster.StartGateway(t, c, gateway.Options{})
+	gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
 	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
 	create := func() string {
 		t.Helper()
@@ -85,5 +85,22 @@ func TestListenTaskNotifications(t *testing.T) {
 	text := done["result"].(map[string]any)["content"].([]any)[0].(map[string]any)["text"]
 	if text != "work of "+id2+" done" {
 		t.Fatalf("completed task's result %v", done["result"])
+	}
+
+	// Over stdio, the same: a third task, followed by a listen on a
+	// stdio connection to A, completes.
+	id3 := create()
+	sc := serveStdio(t, gA)
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
+	sc.send(t, `{"jsonrpc":"2.0","id":"l3","method":"subscriptions/listen","params":{`+meta+`,"notifications":{"taskIds":["`+id3+`"]}}}`)
+	for _, want := range []string{"notifications/subscriptions/acknowledged", "working", "completed"} {
+		m := sc.next(t)
+		p, _ := m["params"].(map[string]any)
+		if subscriptionOf(m) != "l3" || (m["method"] != want && (m["method"] != "notifications/tasks" || p["status"] != want)) {
+			t.Fatalf("stdio listen: got %v; want %s tagged l3", m, want)
+		}
+		if want == "working" {
+			h.release <- struct{}{}
+		}
 	}
 }
