@@ -78,7 +78,7 @@ func (s *subServer) register(w *worker.Worker) {
 }
 
 // event waits for the worker's next subscription event.
-func (s *subServer) event(t *testing.T) subEvent {
+func (s *subServer) event(t testing.TB) subEvent {
 	t.Helper()
 	select {
 	case e := <-s.events:
@@ -100,7 +100,7 @@ type subStack struct {
 	urlA, urlB string
 }
 
-func newSubStack(t *testing.T) *subStack {
+func newSubStack(t testing.TB) *subStack {
 	t.Helper()
 	cl := etcdtest.Single(t)
 	c0 := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{Name: "c0"})
@@ -108,7 +108,7 @@ func newSubStack(t *testing.T) *subStack {
 	st := &subStack{cli: cl, srv: &subServer{events: make(chan subEvent, 64), subs: map[string]map[string]bool{}}}
 	testcluster.StartWorker(t, worker.Options{Coordinator: c1.Addr, Name: "res"}, st.srv.register)
 	cc0, cc1 := c0.Client(t), c1.Client(t)
-	waitFor(t, "the resources", func() bool {
+	testcluster.WaitFor(t, "the resources", func() bool {
 		resp, err := cc0.ListTools(t.Context(), &pb.ListToolsRequest{})
 		return err == nil && len(resp.GetOffers()) > 0 && len(resp.GetTools()) > 0
 	})
@@ -137,7 +137,7 @@ type httpListen struct {
 
 // openListen opens a listen with the given filter on url and returns it
 // once acknowledged, with the acknowledgement's filter.
-func openListen(t *testing.T, url, id string, filter map[string]any, caps map[string]any) (*httpListen, map[string]any) {
+func openListen(t testing.TB, url, id string, filter map[string]any, caps map[string]any) (*httpListen, map[string]any) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	b, _ := json.Marshal(request(id, "subscriptions/listen", map[string]any{"_meta": envelope(caps), "notifications": filter}))
@@ -181,7 +181,7 @@ func openListen(t *testing.T, url, id string, filter map[string]any, caps map[st
 	return l, p.Notifications
 }
 
-func (l *httpListen) next(t *testing.T) rpcMsg {
+func (l *httpListen) next(t testing.TB) rpcMsg {
 	t.Helper()
 	select {
 	case m, ok := <-l.msgs:
