@@ -287,7 +287,7 @@ func (s *Server) SubscribeResource(ctx context.Context, req *pb.SubscribeResourc
 // expire with the retention lease.
 func (s *Server) sessionEnded(ctx context.Context, scope string) {
 	if validateSessionScope(scope) != nil {
-		return // a 2026-07-28 request: nothing was kept for it
+		return // a 2026-07-28 request: a listen removes its own subscriptions
 	}
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Get(octx, s.keys.subsOf(scope), clientv3.WithPrefix(), clientv3.WithKeysOnly())
