@@ -33,7 +33,9 @@ import (
 //	subs/<scope>/<uri-hash>      the URI
 //	subs-uri/<uri-hash>/<scope>  ""
 //
-// and are deleted when the session ends.
+// and are deleted when the session ends. A 2026-07-28 subscriptions/listen
+// subscribes the same way, under its own scope (stream:…) on HTTP or its
+// connection's on stdio, and removes what it subscribed when it ends.
 
 // Limits on session notifications.
 const (
@@ -200,7 +202,7 @@ func (s *Server) updatedSessions(ctx context.Context, n *pb.SessionNotification)
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	if sess := n.GetSession(); sess != "" {
-		if validateSessionScope(sess) != nil {
+		if validateSubscriberScope(sess) != nil {
 			return nil, nil
 		}
 		resp, err := s.cli.Get(octx, s.keys.sub(sess, h), clientv3.WithCountOnly())
@@ -233,10 +235,19 @@ func validateSessionScope(scope string) error {
 	return nil
 }
 
+// validateSubscriberScope accepts the scopes that may subscribe to
+// resources: client sessions, and 2026-07-28 listens (stream:…).
+func validateSubscriberScope(scope string) error {
+	if strings.HasPrefix(scope, client.StreamScope) {
+		return validateScope(scope)
+	}
+	return validateSessionScope(scope)
+}
+
 // SubscribeResource implements CoordinatorService.SubscribeResource.
 func (s *Server) SubscribeResource(ctx context.Context, req *pb.SubscribeResourceRequest) (*pb.SubscribeResourceResponse, error) {
 	scope, uri := req.GetSession(), req.GetUri()
-	if err := validateSessionScope(scope); err != nil {
+	if err := validateSubscriberScope(scope); err != nil {
 		return nil, toStatus(err)
 	}
 	if uri == "" || len(uri) > MaxURIBytes {
@@ -276,7 +287,7 @@ func (s *Server) SubscribeResource(ctx context.Context, req *pb.SubscribeResourc
 // expire with the retention lease.
 func (s *Server) sessionEnded(ctx context.Context, scope string) {
 	if validateSessionScope(scope) != nil {
-		return // a 2026-07-28 request: nothing was kept for it
+		return // a 2026-07-28 request: a listen removes its own subscriptions
 	}
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Get(octx, s.keys.subsOf(scope), clientv3.WithPrefix(), clientv3.WithKeysOnly())

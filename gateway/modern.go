@@ -267,24 +267,40 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 }
 
 // listen serves 2026-07-28's subscriptions/listen: a long-lived stream
-// carrying the change notifications the client opted in to: tools,
-// prompts and resources list_changed (listen.go).
+// carrying what the client opted in to (listen.go): tools, prompts and
+// resources list_changed; notifications/resources/updated for the
+// resources it named, subscribed for the stream's life
+// (listensubs.go); notifications/tasks for the tasks it named
+// (listentasks.go).
 func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *session, m *jsonrpc.Message) {
-	kinds, granted, err := parseListen(m.Params)
+	lr, err := parseListen(m.Params)
 	if err != nil {
-		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params"))
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params: %v", err))
 		return
 	}
+	if e := listenTasksAllowed(lr, m.Params); e != nil {
+		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
+		return
+	}
+	ctx := r.Context()
+	principal := s.principal
+	wants := newListenWants(lr.kinds)
+	wants.tasks = s.knownTasks(ctx, lr.tasks)
+	wants.uris = s.subscribeURIs(ctx, lr.uris, h.mayListen(ctx, principal))
+	defer s.unsubscribeURIs(wants.uris)
 	out := h.g.newSSE(w)
 	defer out.close()
 	tagged := &listenSink{out: out, id: rawJSON(m.ID)}
-	tagged.send(jsonrpc.Notification("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted}))
-	if len(kinds) > 0 {
-		s.setNotifier(&listenFilter{out: tagged, kinds: kinds})
+	filter := &listenFilter{out: tagged, wants: wants}
+	if !wants.empty() {
+		s.setNotifier(filter)
 		defer s.setNotifier(nil)
 	}
+	filter.ack(jsonrpc.Notification("notifications/subscriptions/acknowledged", acknowledgement(lr, wants)))
+	stopTasks := s.followTasks(ctx, wants.tasks, filter)
+	defer stopTasks()
 	select {
-	case <-r.Context().Done():
+	case <-ctx.Done():
 	case <-out.cut:
 	case <-h.g.base.Done():
 		out.send(jsonrpc.Response(m.ID, listenResult(m.ID)))

@@ -63,16 +63,22 @@ func (g *Gateway) deliverNotification(m *pb.WatchSessionNotificationsResponse) {
 	for _, s := range m.GetSessions() {
 		want[s] = true
 	}
+	// A 2026-07-28 client hears no session logs; its listens that named
+	// a resource hear its updates (listen.go).
+	updated := m.GetMethod() == notifyResourceUpdated
 	g.mu.Lock()
 	var ss []*session
 	for s := range g.sessions {
-		if want[s.scope] && !s.modern {
+		if want[s.scope] {
 			ss = append(ss, s)
 		}
 	}
 	g.mu.Unlock()
 	msg := jsonrpc.Notification(m.GetMethod(), params)
 	for _, s := range ss {
+		if s.isModern() && !updated {
+			continue
+		}
 		if level == "" || s.logs(level) {
 			s.notify(msg)
 		}

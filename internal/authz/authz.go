@@ -68,7 +68,7 @@ func Coordinator() *Policy {
 		// Tasks, subscriptions and session notifications are the gateway's,
 		// on behalf of its clients; the coordinator scopes each by principal.
 		coord("CreateTask"): {g}, coord("GetTask"): {g}, coord("WaitTask"): {g},
-		coord("ListTasks"): {g}, coord("CancelTask"): {g},
+		coord("ListTasks"): {g}, coord("CancelTask"): {g}, coord("WatchTask"): {g},
 		coord("SubscribeResource"): {g}, coord("WatchSessionNotifications"): {g},
 	})
 	for _, m := range []string{"Cancel", "Fail", "Complete"} {

@@ -43,11 +43,19 @@ var plan = []step{
 		"ref": map[string]any{"type": "ref/resource", "uri": "demo://resource/dynamic/text/{resourceId}"}, "argument": map[string]any{"name": "resourceId", "value": "7"}}},
 }
 
-// TestDifferential: the official TypeScript client v1 and the Go SDK
-// client make the same requests to server-everything directly and
+// subscribeURI is the resource the TypeScript v2 client subscribes to
+// after the plan, and hears one update of.
+const subscribeURI = "demo://resource/dynamic/text/1"
+
+// TestDifferential: the official TypeScript clients v1 and v2 and the Go
+// SDK client make the same requests to server-everything directly and
 // through the gateway fronting it, over stdio and over HTTP; every answer
 // (results and errors) is the same, modulo request ids (which the
 // clients hide) and the time the server stamps into dynamic resources.
+// The v2 client negotiates its era: 2025-11-25 with server-everything,
+// 2026-07-28 with the gateway; after the plan it subscribes to a resource
+// as its era does (resources/subscribe, or subscriptions/listen with
+// resourceSubscriptions) and hears the update the server then sends.
 func TestDifferential(t *testing.T) {
 	script := everything(t)
 	for _, transport := range []string{"stdio", "http"} {
@@ -66,10 +74,13 @@ func TestDifferential(t *testing.T) {
 			for _, c := range []struct {
 				name string
 				ask  func(*testing.T, target) *answers
-			}{{"typescript-v1", askTypeScript}, {"go-sdk", askGo}} {
+			}{{"typescript-v1", askTypeScript}, {"go-sdk", askGo}, {"typescript-v2", askTypeScriptV2}} {
 				t.Run(c.name, func(t *testing.T) {
 					want, got := c.ask(t, direct), c.ask(t, gw)
 					compare(t, want, got)
+					if c.name == "typescript-v2" && (want.Era != "legacy" || got.Era != "modern") {
+						t.Errorf("the v2 client spoke %q directly and %q through the gateway; want legacy and modern", want.Era, got.Era)
+					}
 				})
 			}
 		})
@@ -86,6 +97,7 @@ type target struct {
 type answers struct {
 	Capabilities map[string]bool `json:"capabilities"`
 	Answers      []any           `json:"answers"`
+	Era          string          `json:"era,omitempty"` // the v2 client's: legacy or modern
 }
 
 func compare(t *testing.T, want, got *answers) {
@@ -100,7 +112,7 @@ func compare(t *testing.T, want, got *answers) {
 		if !reflect.DeepEqual(want.Answers[i], got.Answers[i]) {
 			w, _ := json.MarshalIndent(want.Answers[i], "", " ")
 			g, _ := json.MarshalIndent(got.Answers[i], "", " ")
-			t.Errorf("%s (step %d) through the gateway differs:\n%s\ndirectly:\n%s", plan[i].Method, i, g, w)
+			t.Errorf("%v (step %d) through the gateway differs:\n%s\ndirectly:\n%s", want.Answers[i].(map[string]any)["method"], i, g, w)
 		}
 	}
 }
@@ -158,11 +170,22 @@ func caps(resources, prompts, completions, subscribe bool) map[string]bool {
 
 // askTypeScript runs the plan with test/clients/surface2025.mjs.
 func askTypeScript(t *testing.T, to target) *answers {
+	return askScript(t, to, "surface2025.mjs")
+}
+
+// askTypeScriptV2 runs the plan, then a subscription, with
+// test/clients/surface-v2.mjs.
+func askTypeScriptV2(t *testing.T, to target) *answers {
+	return askScript(t, to, "surface-v2.mjs", "--subscribe", subscribeURI)
+}
+
+// askScript runs the plan with a test/clients script printing answers.
+func askScript(t *testing.T, to target, script string, extra ...string) *answers {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	p, _ := json.Marshal(plan)
-	args := []string{"surface2025.mjs", "--plan", string(p)}
+	args := append([]string{script, "--plan", string(p)}, extra...)
 	if to.url != "" {
 		args = append(args, "--url", to.url)
 	} else {
@@ -173,7 +196,7 @@ func askTypeScript(t *testing.T, to target) *answers {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("surface2025.mjs: %v\n%s", err, ee.Stderr)
+			t.Fatalf("%s: %v\n%s", script, err, ee.Stderr)
 		}
 		t.Fatal(err)
 	}
@@ -183,15 +206,17 @@ func askTypeScript(t *testing.T, to target) *answers {
 			Prompts     any                       `json:"prompts"`
 			Completions any                       `json:"completions"`
 		} `json:"capabilities"`
-		Answers []any `json:"answers"`
+		Answers []any  `json:"answers"`
+		Era     string `json:"era"`
 	}
 	if err := json.Unmarshal(out, &raw); err != nil {
-		t.Fatalf("surface2025.mjs printed %q: %v", out, err)
+		t.Fatalf("%s printed %q: %v", script, out, err)
 	}
 	c := raw.Capabilities
 	return &answers{
 		Capabilities: caps(c.Resources != nil, c.Prompts != nil, c.Completions != nil, c.Resources != nil && c.Resources.Subscribe),
 		Answers:      normalise(t, raw.Answers).([]any),
+		Era:          raw.Era,
 	}
 }
 

@@ -19,9 +19,10 @@ func (a *Adapter) resourceUpdated(key string, p *mcp.ResourceUpdatedNotification
 	a.w.NotifySession(key, "notifications/resources/updated", p)
 }
 
-// sharedSubs counts the client sessions subscribed to each URI over the
-// shared connection, so that one client's unsubscribe does not end the
-// subscription upstream while another client still holds it.
+// sharedSubs counts the client sessions (and 2026-07-28 listens)
+// subscribed to each URI over the shared connection, so that one
+// client's unsubscribe does not end the subscription upstream while
+// another client still holds it.
 type sharedSubs struct {
 	mu sync.Mutex
 	m  map[string]map[string]bool // uri -> client sessions
@@ -38,7 +39,7 @@ func (a *Adapter) sharedSubscription(c *worker.Call) (skip bool) {
 	subs := &a.subs
 	subs.mu.Lock()
 	defer subs.mu.Unlock()
-	uri := c.URI()
+	uri, who := c.URI(), c.Subscriber() // a session, or a 2026-07-28 listen
 	switch c.Method {
 	case worker.MethodResourcesSubscribe:
 		if subs.m == nil {
@@ -47,9 +48,9 @@ func (a *Adapter) sharedSubscription(c *worker.Call) (skip bool) {
 		if subs.m[uri] == nil {
 			subs.m[uri] = map[string]bool{}
 		}
-		subs.m[uri][c.Session()] = true
+		subs.m[uri][who] = true
 	case worker.MethodResourcesUnsubscribe:
-		delete(subs.m[uri], c.Session())
+		delete(subs.m[uri], who)
 		if len(subs.m[uri]) > 0 {
 			return true
 		}

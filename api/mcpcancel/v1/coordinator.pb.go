@@ -3269,7 +3269,7 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19mcpcancel/v1/listen.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -3497,7 +3497,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x85\x0e\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xd5\x0e\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
@@ -3525,7 +3525,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\bWaitTask\x12\x1d.mcpcancel.v1.WaitTaskRequest\x1a\x1e.mcpcancel.v1.WaitTaskResponse\x12L\n" +
 	"\tListTasks\x12\x1e.mcpcancel.v1.ListTasksRequest\x1a\x1f.mcpcancel.v1.ListTasksResponse\x12O\n" +
 	"\n" +
-	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponseB\xb2\x01\n" +
+	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponse\x12N\n" +
+	"\tWatchTask\x12\x1e.mcpcancel.v1.WatchTaskRequest\x1a\x1f.mcpcancel.v1.WatchTaskResponse0\x01B\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -3608,11 +3609,13 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*WaitTaskRequest)(nil),                   // 62: mcpcancel.v1.WaitTaskRequest
 	(*ListTasksRequest)(nil),                  // 63: mcpcancel.v1.ListTasksRequest
 	(*CancelTaskRequest)(nil),                 // 64: mcpcancel.v1.CancelTaskRequest
-	(*CreateTaskResponse)(nil),                // 65: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 66: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 67: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 68: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 69: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskRequest)(nil),                  // 65: mcpcancel.v1.WatchTaskRequest
+	(*CreateTaskResponse)(nil),                // 66: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 67: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 68: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 69: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 70: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 71: mcpcancel.v1.WatchTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	49, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -3704,30 +3707,32 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	62, // 86: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
 	63, // 87: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
 	64, // 88: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	3,  // 89: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 90: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 91: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 92: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 93: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 94: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 95: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 96: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 97: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 98: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 99: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 100: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 101: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 102: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 103: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 104: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 105: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	65, // 106: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	66, // 107: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	67, // 108: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	68, // 109: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	69, // 110: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	89, // [89:111] is the sub-list for method output_type
-	67, // [67:89] is the sub-list for method input_type
+	65, // 89: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	3,  // 90: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 91: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 92: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 93: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 94: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 95: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 96: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 97: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 98: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 99: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 100: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 101: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 102: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 103: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 104: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 105: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 106: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	66, // 107: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	67, // 108: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	68, // 109: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	69, // 110: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	70, // 111: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	71, // 112: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	90, // [90:113] is the sub-list for method output_type
+	67, // [67:90] is the sub-list for method input_type
 	67, // [67:67] is the sub-list for extension type_name
 	67, // [67:67] is the sub-list for extension extendee
 	0,  // [0:67] is the sub-list for field type_name
@@ -3738,6 +3743,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	if File_mcpcancel_v1_coordinator_proto != nil {
 		return
 	}
+	file_mcpcancel_v1_listen_proto_init()
 	file_mcpcancel_v1_tasks_proto_init()
 	file_mcpcancel_v1_types_proto_init()
 	file_mcpcancel_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{

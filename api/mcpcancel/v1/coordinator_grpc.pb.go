@@ -41,6 +41,7 @@ const (
 	CoordinatorService_WaitTask_FullMethodName                  = "/mcpcancel.v1.CoordinatorService/WaitTask"
 	CoordinatorService_ListTasks_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListTasks"
 	CoordinatorService_CancelTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/CancelTask"
+	CoordinatorService_WatchTask_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/WatchTask"
 )
 
 // CoordinatorServiceClient is the client API for CoordinatorService service.
@@ -109,6 +110,9 @@ type CoordinatorServiceClient interface {
 	// CancelTask cancels one of the principal's tasks: the same decision as
 	// Cancel, so a cancelled task stays cancelled whatever its work does.
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
+	// WatchTask sends one of the principal's tasks now and again each time
+	// its status changes, and ends once the task is terminal.
+	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
 }
 
 type coordinatorServiceClient struct {
@@ -369,6 +373,25 @@ func (c *coordinatorServiceClient) CancelTask(ctx context.Context, in *CancelTas
 	return out, nil
 }
 
+func (c *coordinatorServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[4], CoordinatorService_WatchTask_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTaskRequest, WatchTaskResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_WatchTaskClient = grpc.ServerStreamingClient[WatchTaskResponse]
+
 // CoordinatorServiceServer is the server API for CoordinatorService service.
 // All implementations must embed UnimplementedCoordinatorServiceServer
 // for forward compatibility.
@@ -435,6 +458,9 @@ type CoordinatorServiceServer interface {
 	// CancelTask cancels one of the principal's tasks: the same decision as
 	// Cancel, so a cancelled task stays cancelled whatever its work does.
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
+	// WatchTask sends one of the principal's tasks now and again each time
+	// its status changes, and ends once the task is terminal.
+	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
 	mustEmbedUnimplementedCoordinatorServiceServer()
 }
 
@@ -510,6 +536,9 @@ func (UnimplementedCoordinatorServiceServer) ListTasks(context.Context, *ListTas
 }
 func (UnimplementedCoordinatorServiceServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTask not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) mustEmbedUnimplementedCoordinatorServiceServer() {}
 func (UnimplementedCoordinatorServiceServer) testEmbeddedByValue()                            {}
@@ -896,6 +925,17 @@ func _CoordinatorService_CancelTask_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CoordinatorService_WatchTask_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTaskRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CoordinatorServiceServer).WatchTask(m, &grpc.GenericServerStream[WatchTaskRequest, WatchTaskResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_WatchTaskServer = grpc.ServerStreamingServer[WatchTaskResponse]
+
 // CoordinatorService_ServiceDesc is the grpc.ServiceDesc for CoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -996,6 +1036,11 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchSessionNotifications",
 			Handler:       _CoordinatorService_WatchSessionNotifications_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTask",
+			Handler:       _CoordinatorService_WatchTask_Handler,
 			ServerStreams: true,
 		},
 	},
