@@ -70,6 +70,9 @@ func (e *execution) askInTask(a *asked, method string, params json.RawMessage, m
 // client is no longer asked. If that fails the request stays listed, and
 // an answer to it is ignored here as late.
 func (e *execution) withdrawInTask(key string) {
+	if e.toward.ctx.Err() != nil {
+		return // the task ended: its record lists nothing more
+	}
 	if err := e.setTaskInput(&pb.SetTaskInputRequest{Call: e.ref, Withdraw: []string{key}}); err != nil {
 		e.w.log.Warn("could not withdraw a task's request toward its client", "call", e.ref.GetCallId(), "key", key, "err", err)
 	}
