@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
@@ -18,7 +19,8 @@ import (
 // calls the test drives itself, as their worker would.
 func inputTaskEnv(t *testing.T) *env {
 	t.Helper()
-	e := newEnv(t, envOptions{})
+	// Cancelled tasks stay live until their TTL: the races hold many.
+	e := newEnv(t, envOptions{coord: coordinator.Options{Tasks: coordinator.TaskOptions{MaxPerPrincipal: 1000}}})
 	testcluster.StartWorker(t, worker.Options{Coordinator: e.coords[0].Addr, Name: "asker"}, func(w *worker.Worker) {
 		w.Handle(worker.Tool{Name: "asks", TaskSupport: worker.TaskRequired}, func(ctx context.Context, _ *worker.Call) (*worker.Result, error) {
 			<-ctx.Done()
