@@ -362,8 +362,13 @@ func TestMRTRPromptGoSDK(t *testing.T) {
 		t.Fatalf("prompt: %q", text)
 	}
 	var rounds []string
+	asked := map[string]bool{} // ids of the prompts/get requests
 	for _, m := range w.snapshot() {
-		if r, ok := m.body["result"].(map[string]any); ok && !m.out {
+		id := fmt.Sprint(m.body["id"])
+		if m.out && m.body["method"] == "prompts/get" {
+			asked[id] = true
+		}
+		if r, ok := m.body["result"].(map[string]any); ok && !m.out && asked[id] {
 			rounds = append(rounds, fmt.Sprint(r["resultType"]))
 		}
 	}
