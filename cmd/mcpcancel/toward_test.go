@@ -70,4 +70,32 @@ func TestDevUpstreamTowardClient(t *testing.T) {
 			}
 		})
 	}
+	// The server's URLElicitationRequiredError (-32042) reaches the client
+	// as the JSON-RPC error it is, with its elicitations, not as a failure.
+	t.Run("trigger-url-elicitation/errorPath", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", "trigger-url-elicitation", "--no-wire",
+			"--args", `{"url":"https://example.test/authorise","errorPath":true}`)
+		out, _ := cmd.Output() // the call's error is the point: the script exits 1
+		var got struct {
+			Code int64
+			Data struct {
+				Elicitations []struct {
+					Mode, URL, ElicitationID string
+				}
+			}
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+			var e struct {
+				Event, Phase string
+			}
+			if json.Unmarshal(line, &e) == nil && e.Event == "error" && e.Phase == "call" {
+				json.Unmarshal(line, &got)
+			}
+		}
+		if got.Code != -32042 || len(got.Data.Elicitations) != 1 || got.Data.Elicitations[0].Mode != "url" || got.Data.Elicitations[0].ElicitationID == "" {
+			t.Fatalf("the client got %+v, want the server's -32042 with one URL elicitation\n%s", got, out)
+		}
+	})
 }
