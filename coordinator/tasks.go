@@ -80,8 +80,13 @@ func (o *TaskOptions) setDefaults(maxTimeout time.Duration) {
 type taskInfo struct {
 	Lease int64 `json:"lease"`
 	TTLMs int64 `json:"ttl_ms"`
-	// InputRequired says the running call waits for its client's input.
+	// InputRequired says the running call waits for its client's input:
+	// Inputs is not empty (tasks_input.go).
 	InputRequired bool `json:"input_required,omitempty"`
+	// Inputs are the requests the call waits on, by key; Used, the keys
+	// answered or withdrawn, which the task may not use again.
+	Inputs map[string]taskInput `json:"inputs,omitempty"`
+	Used   []string             `json:"used_keys,omitempty"`
 }
 
 // taskEntry is the value of tasks/<principal>/<call>.
@@ -199,6 +204,9 @@ func (s *Server) taskProto(rec *callRecord, fence int64) *pb.Task {
 		Ttl:          durationpb.New(time.Duration(rec.Task.TTLMs) * time.Millisecond),
 		PollInterval: durationpb.New(s.opts.Tasks.PollInterval),
 		Worker:       rec.Worker, Fence: fence,
+	}
+	if t.Status == pb.TaskStatus_TASK_STATUS_INPUT_REQUIRED {
+		t.InputRequests = taskInputs(rec)
 	}
 	if !rec.SettledAt.IsZero() {
 		t.LastUpdatedAt = timestamppb.New(rec.SettledAt)

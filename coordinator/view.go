@@ -37,6 +37,7 @@ type toolDef struct {
 	Annotations  []byte `json:"annotations,omitempty"`
 	Idempotent   bool   `json:"idempotent,omitempty"`
 	TaskSupport  string `json:"task_support,omitempty"`
+	DeferTask    bool   `json:"defer_task,omitempty"`
 }
 
 func toolDefs(tools []*pb.Tool) []*toolDef {
@@ -45,7 +46,7 @@ func toolDefs(tools []*pb.Tool) []*toolDef {
 		out = append(out, &toolDef{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(),
 			InputSchema: t.GetInputSchemaJson(), OutputSchema: t.GetOutputSchemaJson(),
-			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(), TaskSupport: t.GetTaskSupport(),
+			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(), TaskSupport: t.GetTaskSupport(), DeferTask: t.GetDeferTask(),
 		})
 	}
 	return out
@@ -55,7 +56,7 @@ func (t *toolDef) proto() *pb.Tool {
 	return &pb.Tool{
 		Name: t.Name, Title: t.Title, Description: t.Description,
 		InputSchemaJson: t.InputSchema, OutputSchemaJson: t.OutputSchema, AnnotationsJson: t.Annotations,
-		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport,
+		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport, DeferTask: t.DeferTask,
 	}
 }
 

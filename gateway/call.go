@@ -329,6 +329,8 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 			c.askClient(wc, begun, e.ClientRequest)
 		case *pb.ExecuteResponse_ClientRequestEnd:
 			c.clientRequestEnded(begun.GetCallId(), e.ClientRequestEnd)
+		case *pb.ExecuteResponse_TaskStart:
+			c.startTask(wc, begun, p, e.TaskStart) // tasks_start.go
 		case *pb.ExecuteResponse_Result:
 			c.noteSubscription(e.Result)
 			c.answer(e.Result)

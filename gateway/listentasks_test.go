@@ -12,8 +12,8 @@ import (
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
-// taskCaps are client capabilities declaring the tasks extension.
-var taskCaps = map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
+// listenTaskCaps are client capabilities declaring the tasks extension.
+var listenTaskCaps = map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
 
 // TestListenTaskNotifications: a 2026-07-28 listen naming a task hears
 // notifications/tasks, tagged with its id, each carrying what tasks/get
@@ -37,7 +37,7 @@ func TestListenTaskNotifications(t *testing.T) {
 	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
 	create := func() string {
 		t.Helper()
-		status, msgs := post26(t, urlA, request(1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{}, "_meta": envelope(taskCaps)}),
+		status, msgs := post26(t, urlA, request(1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{}, "_meta": envelope(listenTaskCaps)}),
 			modernHeaders("tools/call", "research"))
 		var r struct {
 			ResultType string `json:"resultType"`
@@ -65,12 +65,12 @@ func TestListenTaskNotifications(t *testing.T) {
 		modernHeaders("subscriptions/listen", ""))
 	wantError(t, code, msgs, http.StatusBadRequest, -32021, `"l0"`)
 
-	l1, ack := openListen(t, urlA, "l1", map[string]any{"taskIds": []string{id1, "0123456789abcdef0123456789abcdef"}}, taskCaps)
+	l1, ack := openListen(t, urlA, "l1", map[string]any{"taskIds": []string{id1, "0123456789abcdef0123456789abcdef"}}, listenTaskCaps)
 	if got, _ := json.Marshal(ack["taskIds"]); string(got) != `["`+id1+`"]` {
 		t.Fatalf("acknowledged %s; want only %s", got, id1)
 	}
 	status(l1, "working")
-	if code, msgs := post26(t, urlB, request(2, "tasks/cancel", map[string]any{"taskId": id1, "_meta": envelope(taskCaps)}), modernHeaders("tasks/cancel", id1)); code != http.StatusOK || msgs[0].Result == nil {
+	if code, msgs := post26(t, urlB, request(2, "tasks/cancel", map[string]any{"taskId": id1, "_meta": envelope(listenTaskCaps)}), modernHeaders("tasks/cancel", id1)); code != http.StatusOK || msgs[0].Result == nil {
 		t.Fatalf("tasks/cancel through B: %d %+v", code, msgs)
 	}
 	status(l1, "cancelled")
@@ -78,7 +78,7 @@ func TestListenTaskNotifications(t *testing.T) {
 
 	// A task that completes: its result is inline.
 	id2 := create()
-	l2, _ := openListen(t, urlB, "l2", map[string]any{"taskIds": []string{id2}}, taskCaps)
+	l2, _ := openListen(t, urlB, "l2", map[string]any{"taskIds": []string{id2}}, listenTaskCaps)
 	status(l2, "working")
 	h.release <- struct{}{}
 	done := status(l2, "completed")

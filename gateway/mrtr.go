@@ -77,7 +77,8 @@ func (c *call) openRound(params json.RawMessage, p *routed) *jsonrpc.Error {
 	}
 	c.toward.tool, c.toward.args = p.method+" "+p.target, p.arguments
 	if p.method != "tools/call" {
-		c.toward.args = p.params
+		// A retry's own fields are not part of the request it repeats.
+		c.toward.args = withoutRound(p.params)
 	}
 	var m mrtrParams
 	json.Unmarshal(params, &m)
@@ -145,6 +146,23 @@ func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, 
 	c.respond(jsonrpc.Response(c.id, map[string]any{"resultType": "input_required", "inputRequests": reqs, "requestState": state}))
 	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL,
 		reason: "the tool needs its client's input (2026-07-28 input_required); the client retries the call with its answers"})
+}
+
+// withoutRound drops a retry's inputResponses and requestState from a
+// request's params, leaving what names the request (the prompt's name and
+// arguments, the resource's URI), which its requestState is bound to.
+func withoutRound(params json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(params, &m) != nil || m == nil {
+		return params
+	}
+	delete(m, "inputResponses")
+	delete(m, "requestState")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return params
+	}
+	return b
 }
 
 // stateAAD binds a requestState to its principal and request.

@@ -61,16 +61,17 @@ type taskRequest struct {
 }
 
 // taskSupport is the tool's execution.taskSupport; "" if no worker offers
-// it.
-func (g *Gateway) taskSupport(ctx context.Context, name string) string {
+// it. deferred says the tool's handler decides when its call becomes a
+// task (Tool.defer_task, tasks_start.go).
+func (g *Gateway) taskSupport(ctx context.Context, name string) (support string, deferred bool) {
 	t := g.knownTool(ctx, name)
 	if t == nil {
-		return ""
+		return "", false
 	}
 	if ts := t.GetTaskSupport(); ts == taskOptional || ts == taskRequired {
-		return ts
+		return ts, t.GetDeferTask()
 	}
-	return taskForbidden
+	return taskForbidden, false
 }
 
 // modernOptedIn says whether a 2026-07-28 request declares the tasks
@@ -90,7 +91,7 @@ func modernOptedIn(params json.RawMessage) bool {
 // maybeTask handles a tools/call that runs as a task, or that must and
 // does not; it reports whether it answered the request.
 func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, reply sink) bool {
-	support := s.g.taskSupport(ctx, p.target)
+	support, deferred := s.g.taskSupport(ctx, p.target)
 	if support == "" {
 		return false // an unknown tool: the call answers it
 	}
@@ -108,6 +109,11 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 				Data:    data,
 			}))
 			return true
+		}
+		if asTask && deferred {
+			// An ordinary call until its handler asks to become a task,
+			// once its input_required rounds are resolved (tasks_start.go).
+			return false
 		}
 	} else {
 		asTask = tr.Task != nil
@@ -134,11 +140,27 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 // createTask creates the task, answers CreateTaskResult once it is in
 // etcd, and starts its call on the worker.
 func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed, ttl time.Duration, reply sink) {
+	created, e := s.newTask(requestID(m.ID), p, ttl)
+	if e != nil {
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
+		s.g.metrics.call(p.target, outcomeRejected)
+		return
+	}
+	if s.isModern() {
+		reply.send(jsonrpc.Response(m.ID, modernCreateTaskResult(created.GetTask())))
+	} else {
+		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": legacyTask(created.GetTask())}))
+	}
+	s.startTaskRun(p, created, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(m.Params)})
+}
+
+// newTask creates a task for the tool call p, durably, in etcd.
+func (s *session) newTask(id *pb.RequestId, p *routed, ttl time.Duration) (*pb.CreateTaskResponse, *jsonrpc.Error) {
 	g := s.g
 	cctx, cancel := context.WithTimeout(g.base, cancelTimeout)
 	defer cancel()
 	req := &pb.CreateTaskRequest{
-		Key: &pb.CallKey{Scope: s.scope, RequestId: requestID(m.ID)}, Tool: p.target,
+		Key: &pb.CallKey{Scope: s.scope, RequestId: id}, Tool: p.target,
 		Principal: s.principal, Gateway: g.opts.Name,
 	}
 	if ttl > 0 {
@@ -146,22 +168,38 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed,
 	}
 	created, err := g.coord.CreateTask(cctx, req)
 	if err != nil {
-		reply.send(jsonrpc.ErrorResponse(m.ID, true, createTaskError(err, p.target)))
-		g.metrics.call(p.target, outcomeRejected)
-		return
+		return nil, createTaskError(err, p.target)
 	}
-	t := created.GetTask()
-	if s.isModern() {
-		reply.send(jsonrpc.Response(m.ID, modernCreateTaskResult(t)))
-	} else {
-		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": legacyTask(t)}))
+	return created, nil
+}
+
+// taskRun is what a task's call gets besides the tool and arguments:
+// for a 2026-07-28 task, the client's capabilities (what the task may
+// ask its client, through inputRequests) and the answers its client gave
+// before the task existed (tasks_start.go).
+type taskRun struct {
+	caps   json.RawMessage
+	inputs map[string][]byte
+}
+
+// taskCapabilities are the client capabilities a 2026-07-28 task may ask
+// its client by: none for a 2025-11-25 task, whose client would be asked
+// on tasks/result, which relays no requests.
+func (s *session) taskCapabilities(params json.RawMessage) json.RawMessage {
+	if !s.isModern() {
+		return nil
 	}
-	token, scopes := p.token, identityFrom(ctx).Scopes
+	return s.capabilitiesFor(params)
+}
+
+// startTaskRun starts the task's call on its worker, under the gateway.
+func (s *session) startTaskRun(p *routed, created *pb.CreateTaskResponse, scopes []string, run taskRun) {
+	token := p.token
 	if len(token) > 0 && token[0] != '"' && token[0] != '-' && (token[0] < '0' || token[0] > '9') {
 		token = nil // a progress token is a string or a number
 	}
-	if !g.startTask(func(base context.Context) { s.runTask(base, p, created, token, scopes) }) {
-		g.failTask(t, "the gateway shut down before the task started")
+	if !s.g.startTask(func(base context.Context) { s.runTask(base, p, created, token, scopes, run) }) {
+		s.g.failTask(created.GetTask(), "the gateway shut down before the task started")
 	}
 }
 
@@ -196,7 +234,7 @@ func (g *Gateway) startTask(f func(context.Context)) bool {
 // (this gateway shutting down, say). A worker that refuses the call fails
 // the task; a stream lost otherwise leaves the task to its worker, or, if
 // the worker is gone, to the coordinator's janitor.
-func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTaskResponse, token json.RawMessage, scopes []string) {
+func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTaskResponse, token json.RawMessage, scopes []string, run taskRun) {
 	g := s.g
 	t := created.GetTask()
 	wc, err := g.workerClient(created.GetWorkerAddress())
@@ -210,6 +248,7 @@ func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTask
 		CallId: t.GetTaskId(), Fence: t.GetFence(), Tool: p.target, ArgumentsJson: p.arguments,
 		Deadline: created.GetDeadline(), Progress: len(token) > 0,
 		Worker: t.GetWorker(), Principal: s.principal, Scopes: scopes, Task: true,
+		ClientCapabilitiesJson: run.caps, Scope: s.scope, InputResponses: run.inputs,
 	})
 	if err == nil {
 		err = drain(stream, func(pr *pb.Progress) { s.taskProgress(t.GetTaskId(), token, pr) })

@@ -75,13 +75,7 @@ func (s *session) modernTaskMethod(ctx context.Context, m *jsonrpc.Message, p ta
 		}
 		return map[string]any{}, nil // an acknowledgement, also for a terminal task
 	case "tasks/update":
-		// No task of this gateway waits for input (requests toward the
-		// client inside a task are not relayed yet), so there is nothing
-		// to deliver: the update is acknowledged once the task is known.
-		if _, e := s.getTask(ctx, p.TaskID, false); e != nil {
-			return nil, e
-		}
-		return map[string]any{}, nil
+		return s.updateTask(ctx, p.TaskID, m.Params) // tasks_input.go
 	}
 	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
 }
@@ -95,6 +89,8 @@ func detailedTask(t *pb.Task) map[string]any {
 		m["result"] = json.RawMessage(t.GetResultJson())
 	case pb.TaskStatus_TASK_STATUS_FAILED:
 		m["error"] = map[string]any{"code": jsonrpc.CodeInternalError, "message": taskMessage(t)}
+	case pb.TaskStatus_TASK_STATUS_INPUT_REQUIRED:
+		m["inputRequests"] = inputRequests(t)
 	}
 	return m
 }

@@ -53,6 +53,7 @@ type towardState struct {
 	next    int64
 	pending map[int64]chan clientAnswer
 	inputs  map[string]json.RawMessage // 2026-07-28 answers of earlier rounds, by key
+	batch   []taskAsk                  // a task's requests gathered to record at once (task_input.go)
 	methods map[int64]string           // every request's method, by number
 	ended   []*pb.ChildRequest         // how each ended request ended, for the audit
 }
@@ -290,6 +291,7 @@ func cut(s string) (string, string, bool) {
 // input responses, refused, or sent and awaiting its answer.
 type asked struct {
 	seq    int64
+	key    string
 	ch     chan clientAnswer // nil when answered already
 	answer clientAnswer
 }
@@ -307,6 +309,7 @@ func (e *execution) prepare(ctx context.Context, method string, params json.RawM
 	}
 	t.methods[a.seq] = method
 	key := inputKey(ctx, a.seq)
+	a.key = key
 	if r, ok := t.inputs[key]; ok {
 		delete(t.inputs, key) // one answer per request
 		a.answer = clientAnswer{result: r}
@@ -330,6 +333,10 @@ func (e *execution) prepare(ctx context.Context, method string, params json.RawM
 // at once.
 func (e *execution) sendAsked(ctx context.Context, a *asked, method string, params json.RawMessage, more bool) {
 	if a.ch == nil {
+		return
+	}
+	if e.task {
+		e.askInTask(a, method, params, more) // task_input.go
 		return
 	}
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequest{ClientRequest: &pb.ClientRequest{
@@ -359,6 +366,9 @@ func (e *execution) wait(ctx context.Context, a *asked) (json.RawMessage, error)
 	if !t.take(a.seq, outcome) {
 		r := <-a.ch // the answer won the race: it is ours
 		return r.result, r.err
+	}
+	if e.task {
+		e.withdrawInTask(a.key)
 	}
 	e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequestEnd{ClientRequestEnd: &pb.ClientRequestEnd{
 		Seq: a.seq, Outcome: pb.ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN, Reason: reason,

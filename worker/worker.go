@@ -70,6 +70,11 @@ type Tool struct {
 	// call that runs as a task keeps running when its gateway's stream
 	// ends; see tasks.go.
 	TaskSupport string
+	// DeferTask says the handler itself decides when a call becomes a
+	// task, with Call.StartTask, after it has its client's input: a
+	// 2026-07-28 client that can take a task gets an ordinary call until
+	// then. Without it such a client's call is a task from the start.
+	DeferTask bool
 }
 
 // ErrUnavailable, in a handler's error chain, says the worker lost what
@@ -216,6 +221,7 @@ func (w *Worker) toolListLocked() []*pb.Tool {
 			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
 			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
 			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent, TaskSupport: r.tool.TaskSupport,
+			DeferTask: r.tool.DeferTask,
 		})
 	}
 	return out

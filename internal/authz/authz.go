@@ -70,8 +70,11 @@ func Coordinator() *Policy {
 		coord("CreateTask"): {g}, coord("GetTask"): {g}, coord("WaitTask"): {g},
 		coord("ListTasks"): {g}, coord("CancelTask"): {g}, coord("WatchTask"): {g},
 		coord("SubscribeResource"): {g}, coord("WatchSessionNotifications"): {g},
+		// A task's client answers through its gateway; the task's worker
+		// records what its call waits on.
+		coord("UpdateTask"): {g}, coord("SetTaskInput"): {w},
 	})
-	for _, m := range []string{"Cancel", "Fail", "Complete"} {
+	for _, m := range []string{"Cancel", "Fail", "Complete", "SetTaskInput"} {
 		p.check[coord(m)] = workerSettlesOwnCall
 	}
 	return p
@@ -100,6 +103,8 @@ func workerSettlesOwnCall(role string, req any) error {
 	case *pb.FailRequest:
 		ref = r.GetCall()
 	case *pb.CompleteRequest:
+		ref = r.GetCall()
+	case *pb.SetTaskInputRequest:
 		ref = r.GetCall()
 	}
 	if ref.GetWorker() == "" {

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 
@@ -79,6 +80,8 @@ func registerFixturePrompts(w *worker.Worker) {
 		fixedPrompt(&mcp.GetPromptResult{Messages: []*mcp.PromptMessage{
 			user(image()), user(&mcp.TextContent{Text: "Please analyze the image above."}),
 		}}))
+	w.HandlePrompt(&worker.Prompt{Name: "test_input_required_result_prompt", Description: "A prompt that asks its user for context first (MRTR on prompts/get)."},
+		contextPrompt)
 	var added atomic.Int64
 	w.Handle(worker.Tool{
 		Name: "test_trigger_prompt_change", Description: "Adds a prompt, so that the prompt list changes.", InputSchema: noArgs,
@@ -111,4 +114,23 @@ func fixedResource(r *mcp.ReadResourceResult) worker.ResourceHandler {
 
 func fixedPrompt(r *mcp.GetPromptResult) worker.PromptHandler {
 	return func(context.Context, *worker.Call) (*mcp.GetPromptResult, error) { return r, nil }
+}
+
+var contextSchema = json.RawMessage(`{"type":"object","properties":{"context":{"type":"string"}},"required":["context"]}`)
+
+// contextPrompt asks its client's user what context the prompt should
+// use: a 2026-07-28 client gets an input_required result on prompts/get
+// and retries with the answer; a 2025-era client is asked directly.
+func contextPrompt(ctx context.Context, c *worker.Call) (*mcp.GetPromptResult, error) {
+	r, err := c.Elicit(worker.WithInputKey(ctx, "user_context"), &mcp.ElicitParams{
+		Message: "What context should the prompt use?", RequestedSchema: contextSchema})
+	if err != nil {
+		return nil, err
+	}
+	text := "No context was given."
+	if v, ok := r.Content["context"].(string); ok && r.Action == "accept" {
+		text = "Answer with this context in mind: " + v
+	}
+	return &mcp.GetPromptResult{Description: "A prompt built from its user's context",
+		Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: text}}}}, nil
 }

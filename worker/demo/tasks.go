@@ -30,6 +30,7 @@ func registerTaskFixtures(w *worker.Worker) {
 		Name: "protocol_error_job", Description: "Fails as a protocol error (its handler panics); runs as a task.",
 		InputSchema: noArgs, TaskSupport: worker.TaskOptional,
 	}, func(context.Context, *worker.Call) (*worker.Result, error) { panic("protocol_error_job always fails") })
+	registerTaskInputFixtures(w)
 }
 
 func greet(_ context.Context, c *worker.Call) (*worker.Result, error) {

@@ -3265,6 +3265,106 @@ func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
+// SetTaskInputRequest is a worker's change to what its task's call waits
+// on: requests it asks (the task becomes INPUT_REQUIRED) and requests it
+// withdrew. Only the call's worker, at its fence, may change it.
+type SetTaskInputRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Call  *CallRef               `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
+	Ask   []*TaskInput           `protobuf:"bytes,2,rep,name=ask,proto3" json:"ask,omitempty"`
+	// Keys of requests withdrawn.
+	Withdraw      []string `protobuf:"bytes,3,rep,name=withdraw,proto3" json:"withdraw,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTaskInputRequest) Reset() {
+	*x = SetTaskInputRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTaskInputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTaskInputRequest) ProtoMessage() {}
+
+func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTaskInputRequest.ProtoReflect.Descriptor instead.
+func (*SetTaskInputRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SetTaskInputRequest) GetCall() *CallRef {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *SetTaskInputRequest) GetAsk() []*TaskInput {
+	if x != nil {
+		return x.Ask
+	}
+	return nil
+}
+
+func (x *SetTaskInputRequest) GetWithdraw() []string {
+	if x != nil {
+		return x.Withdraw
+	}
+	return nil
+}
+
+type SetTaskInputResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTaskInputResponse) Reset() {
+	*x = SetTaskInputResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTaskInputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTaskInputResponse) ProtoMessage() {}
+
+func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTaskInputResponse.ProtoReflect.Descriptor instead.
+func (*SetTaskInputResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
+}
+
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
@@ -3484,7 +3584,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x10\n" +
 	"\x03uri\x18\x03 \x01(\tR\x03uri\x12 \n" +
 	"\vunsubscribe\x18\x04 \x01(\bR\vunsubscribe\"\x1b\n" +
-	"\x19SubscribeResourceResponse*\xd1\x01\n" +
+	"\x19SubscribeResourceResponse\"\x87\x01\n" +
+	"\x13SetTaskInputRequest\x12)\n" +
+	"\x04call\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallRefR\x04call\x12)\n" +
+	"\x03ask\x18\x02 \x03(\v2\x17.mcpcancel.v1.TaskInputR\x03ask\x12\x1a\n" +
+	"\bwithdraw\x18\x03 \x03(\tR\bwithdraw\"\x16\n" +
+	"\x14SetTaskInputResponse*\xd1\x01\n" +
 	"\fCancelResult\x12\x1d\n" +
 	"\x19CANCEL_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CANCEL_RESULT_CANCELLED\x10\x01\x12#\n" +
@@ -3497,7 +3602,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xd5\x0e\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xfd\x0f\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
@@ -3526,7 +3631,10 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tListTasks\x12\x1e.mcpcancel.v1.ListTasksRequest\x1a\x1f.mcpcancel.v1.ListTasksResponse\x12O\n" +
 	"\n" +
 	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponse\x12N\n" +
-	"\tWatchTask\x12\x1e.mcpcancel.v1.WatchTaskRequest\x1a\x1f.mcpcancel.v1.WatchTaskResponse0\x01B\xb2\x01\n" +
+	"\tWatchTask\x12\x1e.mcpcancel.v1.WatchTaskRequest\x1a\x1f.mcpcancel.v1.WatchTaskResponse0\x01\x12U\n" +
+	"\fSetTaskInput\x12!.mcpcancel.v1.SetTaskInputRequest\x1a\".mcpcancel.v1.SetTaskInputResponse\x12O\n" +
+	"\n" +
+	"UpdateTask\x12\x1f.mcpcancel.v1.UpdateTaskRequest\x1a .mcpcancel.v1.UpdateTaskResponseB\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -3542,7 +3650,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
@@ -3593,53 +3701,58 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*WatchSessionNotificationsResponse)(nil), // 46: mcpcancel.v1.WatchSessionNotificationsResponse
 	(*SubscribeResourceRequest)(nil),          // 47: mcpcancel.v1.SubscribeResourceRequest
 	(*SubscribeResourceResponse)(nil),         // 48: mcpcancel.v1.SubscribeResourceResponse
-	(*CallKey)(nil),                           // 49: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),               // 50: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),             // 51: google.protobuf.Timestamp
-	(Initiator)(0),                            // 52: mcpcancel.v1.Initiator
-	(*ChildRequest)(nil),                      // 53: mcpcancel.v1.ChildRequest
-	(*Tool)(nil),                              // 54: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 55: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 56: mcpcancel.v1.Features
-	(CallState)(0),                            // 57: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 58: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 59: mcpcancel.v1.AuditRecord
-	(*CreateTaskRequest)(nil),                 // 60: mcpcancel.v1.CreateTaskRequest
-	(*GetTaskRequest)(nil),                    // 61: mcpcancel.v1.GetTaskRequest
-	(*WaitTaskRequest)(nil),                   // 62: mcpcancel.v1.WaitTaskRequest
-	(*ListTasksRequest)(nil),                  // 63: mcpcancel.v1.ListTasksRequest
-	(*CancelTaskRequest)(nil),                 // 64: mcpcancel.v1.CancelTaskRequest
-	(*WatchTaskRequest)(nil),                  // 65: mcpcancel.v1.WatchTaskRequest
-	(*CreateTaskResponse)(nil),                // 66: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 67: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 68: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 69: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 70: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 71: mcpcancel.v1.WatchTaskResponse
+	(*SetTaskInputRequest)(nil),               // 49: mcpcancel.v1.SetTaskInputRequest
+	(*SetTaskInputResponse)(nil),              // 50: mcpcancel.v1.SetTaskInputResponse
+	(*CallKey)(nil),                           // 51: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 53: google.protobuf.Timestamp
+	(Initiator)(0),                            // 54: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 55: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 56: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 57: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 58: mcpcancel.v1.Features
+	(CallState)(0),                            // 59: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 60: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 61: mcpcancel.v1.AuditRecord
+	(*TaskInput)(nil),                         // 62: mcpcancel.v1.TaskInput
+	(*CreateTaskRequest)(nil),                 // 63: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 64: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 65: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 66: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 67: mcpcancel.v1.CancelTaskRequest
+	(*WatchTaskRequest)(nil),                  // 68: mcpcancel.v1.WatchTaskRequest
+	(*UpdateTaskRequest)(nil),                 // 69: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 70: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 71: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 72: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 73: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 74: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 75: mcpcancel.v1.WatchTaskResponse
+	(*UpdateTaskResponse)(nil),                // 76: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	49, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	50, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	51, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	50, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
-	49, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	51, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	52, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	53, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	52, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	51, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	52, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	53, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	54, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	53, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	55, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	0,  // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	52, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	54, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	5,  // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	51, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	53, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	53, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	55, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,  // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	52, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	54, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	5,  // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	52, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	53, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	54, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	53, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	55, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,  // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	52, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	54, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	12, // 22: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
 	13, // 23: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
 	14, // 24: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
@@ -3647,95 +3760,101 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	17, // 26: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
 	16, // 27: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	19, // 28: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	54, // 29: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	55, // 30: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	56, // 31: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	51, // 32: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	54, // 33: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	55, // 34: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	56, // 35: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	56, // 29: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	57, // 30: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	58, // 31: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	53, // 32: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	56, // 33: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	57, // 34: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	58, // 35: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
 	21, // 36: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
 	22, // 37: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
 	16, // 38: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	20, // 39: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	50, // 40: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	50, // 41: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	57, // 42: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	52, // 43: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	52, // 40: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	52, // 41: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	59, // 42: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	54, // 43: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
 	25, // 44: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	54, // 45: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	55, // 46: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	56, // 47: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	54, // 48: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	55, // 49: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	56, // 50: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	49, // 51: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	58, // 52: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	51, // 53: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	52, // 54: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 55: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	59, // 56: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	51, // 57: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 58: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	54, // 59: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	55, // 60: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	56, // 61: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	52, // 62: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	51, // 63: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	56, // 45: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	57, // 46: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	58, // 47: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	56, // 48: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	57, // 49: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	58, // 50: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	51, // 51: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	60, // 52: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	53, // 53: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	54, // 54: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	53, // 55: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	61, // 56: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	53, // 57: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	61, // 58: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	56, // 59: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	57, // 60: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	58, // 61: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	54, // 62: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	53, // 63: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
 	38, // 64: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	50, // 65: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	52, // 65: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
 	38, // 66: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	2,  // 67: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 68: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 69: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 70: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 71: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	23, // 72: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	26, // 73: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	28, // 74: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	30, // 75: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	32, // 76: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	34, // 77: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	36, // 78: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	39, // 79: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	41, // 80: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	43, // 81: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	45, // 82: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	47, // 83: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	60, // 84: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	61, // 85: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	62, // 86: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	63, // 87: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	64, // 88: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	65, // 89: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
-	3,  // 90: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 91: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 92: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 93: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 94: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 95: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 96: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 97: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 98: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 99: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 100: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 101: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 102: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 103: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 104: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 105: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 106: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	66, // 107: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	67, // 108: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	68, // 109: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	69, // 110: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	70, // 111: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	71, // 112: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	90, // [90:113] is the sub-list for method output_type
-	67, // [67:90] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	5,  // 67: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
+	62, // 68: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
+	2,  // 69: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 70: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 71: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 72: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 73: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	23, // 74: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	26, // 75: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	28, // 76: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	30, // 77: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	32, // 78: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	34, // 79: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	36, // 80: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	39, // 81: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	41, // 82: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	43, // 83: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	45, // 84: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	47, // 85: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	63, // 86: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	64, // 87: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	65, // 88: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	66, // 89: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	67, // 90: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	68, // 91: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	49, // 92: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
+	69, // 93: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,  // 94: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 95: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 96: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 97: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	18, // 98: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	24, // 99: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	27, // 100: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	29, // 101: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	31, // 102: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	33, // 103: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	35, // 104: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	37, // 105: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	40, // 106: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	42, // 107: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	44, // 108: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	46, // 109: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	48, // 110: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	70, // 111: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	71, // 112: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	72, // 113: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	73, // 114: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	74, // 115: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	75, // 116: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	50, // 117: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	76, // 118: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	94, // [94:119] is the sub-list for method output_type
+	69, // [69:94] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3775,7 +3894,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

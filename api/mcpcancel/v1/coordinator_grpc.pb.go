@@ -42,6 +42,8 @@ const (
 	CoordinatorService_ListTasks_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListTasks"
 	CoordinatorService_CancelTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/CancelTask"
 	CoordinatorService_WatchTask_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/WatchTask"
+	CoordinatorService_SetTaskInput_FullMethodName              = "/mcpcancel.v1.CoordinatorService/SetTaskInput"
+	CoordinatorService_UpdateTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/UpdateTask"
 )
 
 // CoordinatorServiceClient is the client API for CoordinatorService service.
@@ -113,6 +115,14 @@ type CoordinatorServiceClient interface {
 	// WatchTask sends one of the principal's tasks now and again each time
 	// its status changes, and ends once the task is terminal.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error)
+	// SetTaskInput records what a task's call waits on its client for: the
+	// task is INPUT_REQUIRED while anything is outstanding. Workers call it
+	// for their own calls.
+	SetTaskInput(ctx context.Context, in *SetTaskInputRequest, opts ...grpc.CallOption) (*SetTaskInputResponse, error)
+	// UpdateTask takes a client's answers to what one of the principal's
+	// tasks waits on (tasks/update), in one fenced transaction: an update
+	// that loses to the task's end takes nothing.
+	UpdateTask(ctx context.Context, in *UpdateTaskRequest, opts ...grpc.CallOption) (*UpdateTaskResponse, error)
 }
 
 type coordinatorServiceClient struct {
@@ -392,6 +402,26 @@ func (c *coordinatorServiceClient) WatchTask(ctx context.Context, in *WatchTaskR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoordinatorService_WatchTaskClient = grpc.ServerStreamingClient[WatchTaskResponse]
 
+func (c *coordinatorServiceClient) SetTaskInput(ctx context.Context, in *SetTaskInputRequest, opts ...grpc.CallOption) (*SetTaskInputResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTaskInputResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_SetTaskInput_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) UpdateTask(ctx context.Context, in *UpdateTaskRequest, opts ...grpc.CallOption) (*UpdateTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateTaskResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_UpdateTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServiceServer is the server API for CoordinatorService service.
 // All implementations must embed UnimplementedCoordinatorServiceServer
 // for forward compatibility.
@@ -461,6 +491,14 @@ type CoordinatorServiceServer interface {
 	// WatchTask sends one of the principal's tasks now and again each time
 	// its status changes, and ends once the task is terminal.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error
+	// SetTaskInput records what a task's call waits on its client for: the
+	// task is INPUT_REQUIRED while anything is outstanding. Workers call it
+	// for their own calls.
+	SetTaskInput(context.Context, *SetTaskInputRequest) (*SetTaskInputResponse, error)
+	// UpdateTask takes a client's answers to what one of the principal's
+	// tasks waits on (tasks/update), in one fenced transaction: an update
+	// that loses to the task's end takes nothing.
+	UpdateTask(context.Context, *UpdateTaskRequest) (*UpdateTaskResponse, error)
 	mustEmbedUnimplementedCoordinatorServiceServer()
 }
 
@@ -539,6 +577,12 @@ func (UnimplementedCoordinatorServiceServer) CancelTask(context.Context, *Cancel
 }
 func (UnimplementedCoordinatorServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[WatchTaskResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchTask not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) SetTaskInput(context.Context, *SetTaskInputRequest) (*SetTaskInputResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTaskInput not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) UpdateTask(context.Context, *UpdateTaskRequest) (*UpdateTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateTask not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) mustEmbedUnimplementedCoordinatorServiceServer() {}
 func (UnimplementedCoordinatorServiceServer) testEmbeddedByValue()                            {}
@@ -936,6 +980,42 @@ func _CoordinatorService_WatchTask_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoordinatorService_WatchTaskServer = grpc.ServerStreamingServer[WatchTaskResponse]
 
+func _CoordinatorService_SetTaskInput_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTaskInputRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).SetTaskInput(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_SetTaskInput_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).SetTaskInput(ctx, req.(*SetTaskInputRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_UpdateTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).UpdateTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_UpdateTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).UpdateTask(ctx, req.(*UpdateTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CoordinatorService_ServiceDesc is the grpc.ServiceDesc for CoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1014,6 +1094,14 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTask",
 			Handler:    _CoordinatorService_CancelTask_Handler,
+		},
+		{
+			MethodName: "SetTaskInput",
+			Handler:    _CoordinatorService_SetTaskInput_Handler,
+		},
+		{
+			MethodName: "UpdateTask",
+			Handler:    _CoordinatorService_UpdateTask_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -104,8 +104,11 @@ type Task struct {
 	// Who failed or cancelled the task.
 	Initiator Initiator `protobuf:"varint,10,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
 	// The worker running the task's call and its fence.
-	Worker        string `protobuf:"bytes,11,opt,name=worker,proto3" json:"worker,omitempty"`
-	Fence         int64  `protobuf:"varint,12,opt,name=fence,proto3" json:"fence,omitempty"`
+	Worker string `protobuf:"bytes,11,opt,name=worker,proto3" json:"worker,omitempty"`
+	Fence  int64  `protobuf:"varint,12,opt,name=fence,proto3" json:"fence,omitempty"`
+	// While INPUT_REQUIRED: the requests toward the client the task's call
+	// waits on (the extension's inputRequests), in key order.
+	InputRequests []*TaskInput `protobuf:"bytes,80,rep,name=input_requests,json=inputRequests,proto3" json:"input_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -224,6 +227,230 @@ func (x *Task) GetFence() int64 {
 	return 0
 }
 
+func (x *Task) GetInputRequests() []*TaskInput {
+	if x != nil {
+		return x.InputRequests
+	}
+	return nil
+}
+
+// TaskInput is one request a task's call waits on its client for.
+type TaskInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's key in inputRequests and the client's inputResponses;
+	// unique over the task's life.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The request's number in the call, as the worker numbered it.
+	Seq    int64  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Method string `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	// The request's params, a JSON object.
+	ParamsJson    []byte `protobuf:"bytes,4,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskInput) Reset() {
+	*x = TaskInput{}
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskInput) ProtoMessage() {}
+
+func (x *TaskInput) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskInput.ProtoReflect.Descriptor instead.
+func (*TaskInput) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskInput) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TaskInput) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *TaskInput) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *TaskInput) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
+	}
+	return nil
+}
+
+// UpdateTaskRequest carries a client's tasks/update: its answers to
+// requests the task waits on, by key.
+type UpdateTaskRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Principal string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Each a JSON result object.
+	InputResponses map[string][]byte `protobuf:"bytes,3,rep,name=input_responses,json=inputResponses,proto3" json:"input_responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UpdateTaskRequest) Reset() {
+	*x = UpdateTaskRequest{}
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTaskRequest) ProtoMessage() {}
+
+func (x *UpdateTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTaskRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTaskRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *UpdateTaskRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *UpdateTaskRequest) GetInputResponses() map[string][]byte {
+	if x != nil {
+		return x.InputResponses
+	}
+	return nil
+}
+
+type UpdateTaskResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answers this update took, in one transaction with the task
+	// running: the gateway delivers each to the worker with
+	// WorkerService.Answer. Answers for keys not outstanding are ignored.
+	Accepted []*TaskInput `protobuf:"bytes,1,rep,name=accepted,proto3" json:"accepted,omitempty"`
+	// Where to deliver them: the task's call, its scope and worker.
+	CallId        string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Scope         string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	WorkerAddress string `protobuf:"bytes,4,opt,name=worker_address,json=workerAddress,proto3" json:"worker_address,omitempty"`
+	// The task after the update.
+	Task          *Task `protobuf:"bytes,5,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTaskResponse) Reset() {
+	*x = UpdateTaskResponse{}
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTaskResponse) ProtoMessage() {}
+
+func (x *UpdateTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTaskResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTaskResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateTaskResponse) GetAccepted() []*TaskInput {
+	if x != nil {
+		return x.Accepted
+	}
+	return nil
+}
+
+func (x *UpdateTaskResponse) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *UpdateTaskResponse) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *UpdateTaskResponse) GetWorkerAddress() string {
+	if x != nil {
+		return x.WorkerAddress
+	}
+	return ""
+}
+
+func (x *UpdateTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 type CreateTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The client's request that asked for the task, in its scope. A task
@@ -243,7 +470,7 @@ type CreateTaskRequest struct {
 
 func (x *CreateTaskRequest) Reset() {
 	*x = CreateTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[1]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +482,7 @@ func (x *CreateTaskRequest) String() string {
 func (*CreateTaskRequest) ProtoMessage() {}
 
 func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[1]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +495,7 @@ func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{1}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateTaskRequest) GetKey() *CallKey {
@@ -319,7 +546,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +558,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +571,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{2}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateTaskResponse) GetTask() *Task {
@@ -381,7 +608,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +620,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +633,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{3}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -439,7 +666,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +678,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +691,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{4}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -486,7 +713,7 @@ type WaitTaskRequest struct {
 
 func (x *WaitTaskRequest) Reset() {
 	*x = WaitTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +725,7 @@ func (x *WaitTaskRequest) String() string {
 func (*WaitTaskRequest) ProtoMessage() {}
 
 func (x *WaitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +738,7 @@ func (x *WaitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTaskRequest.ProtoReflect.Descriptor instead.
 func (*WaitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WaitTaskRequest) GetTaskId() string {
@@ -537,7 +764,7 @@ type WaitTaskResponse struct {
 
 func (x *WaitTaskResponse) Reset() {
 	*x = WaitTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +776,7 @@ func (x *WaitTaskResponse) String() string {
 func (*WaitTaskResponse) ProtoMessage() {}
 
 func (x *WaitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +789,7 @@ func (x *WaitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTaskResponse.ProtoReflect.Descriptor instead.
 func (*WaitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WaitTaskResponse) GetTask() *Task {
@@ -584,7 +811,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +823,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +836,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{7}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTasksRequest) GetPrincipal() string {
@@ -643,7 +870,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +882,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +895,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{8}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -696,7 +923,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +935,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +948,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -757,7 +984,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +996,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1009,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelTaskResponse) GetCancelled() bool {
@@ -803,7 +1030,7 @@ var File_mcpcancel_v1_tasks_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_tasks_proto_rawDesc = "" +
 	"\n" +
-	"\x18mcpcancel/v1/tasks.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xfe\x03\n" +
+	"\x18mcpcancel/v1/tasks.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xbe\x04\n" +
 	"\x04Task\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.mcpcancel.v1.TaskStatusR\x06status\x12%\n" +
@@ -819,7 +1046,27 @@ const file_mcpcancel_v1_tasks_proto_rawDesc = "" +
 	"\tinitiator\x18\n" +
 	" \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
 	"\x06worker\x18\v \x01(\tR\x06worker\x12\x14\n" +
-	"\x05fence\x18\f \x01(\x03R\x05fence\"\xb5\x01\n" +
+	"\x05fence\x18\f \x01(\x03R\x05fence\x12>\n" +
+	"\x0einput_requests\x18P \x03(\v2\x17.mcpcancel.v1.TaskInputR\rinputRequests\"h\n" +
+	"\tTaskInput\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x16\n" +
+	"\x06method\x18\x03 \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\x04 \x01(\fR\n" +
+	"paramsJson\"\xeb\x01\n" +
+	"\x11UpdateTaskRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\\\n" +
+	"\x0finput_responses\x18\x03 \x03(\v23.mcpcancel.v1.UpdateTaskRequest.InputResponsesEntryR\x0einputResponses\x1aA\n" +
+	"\x13InputResponsesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xc7\x01\n" +
+	"\x12UpdateTaskResponse\x123\n" +
+	"\baccepted\x18\x01 \x03(\v2\x17.mcpcancel.v1.TaskInputR\baccepted\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x14\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\x12%\n" +
+	"\x0eworker_address\x18\x04 \x01(\tR\rworkerAddress\x12&\n" +
+	"\x04task\x18\x05 \x01(\v2\x12.mcpcancel.v1.TaskR\x04task\"\xb5\x01\n" +
 	"\x11CreateTaskRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -881,45 +1128,53 @@ func file_mcpcancel_v1_tasks_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_tasks_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_tasks_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_mcpcancel_v1_tasks_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_mcpcancel_v1_tasks_proto_goTypes = []any{
 	(TaskStatus)(0),               // 0: mcpcancel.v1.TaskStatus
 	(*Task)(nil),                  // 1: mcpcancel.v1.Task
-	(*CreateTaskRequest)(nil),     // 2: mcpcancel.v1.CreateTaskRequest
-	(*CreateTaskResponse)(nil),    // 3: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskRequest)(nil),        // 4: mcpcancel.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 5: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskRequest)(nil),       // 6: mcpcancel.v1.WaitTaskRequest
-	(*WaitTaskResponse)(nil),      // 7: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksRequest)(nil),      // 8: mcpcancel.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 9: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 10: mcpcancel.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 11: mcpcancel.v1.CancelTaskResponse
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
-	(Initiator)(0),                // 14: mcpcancel.v1.Initiator
-	(*CallKey)(nil),               // 15: mcpcancel.v1.CallKey
+	(*TaskInput)(nil),             // 2: mcpcancel.v1.TaskInput
+	(*UpdateTaskRequest)(nil),     // 3: mcpcancel.v1.UpdateTaskRequest
+	(*UpdateTaskResponse)(nil),    // 4: mcpcancel.v1.UpdateTaskResponse
+	(*CreateTaskRequest)(nil),     // 5: mcpcancel.v1.CreateTaskRequest
+	(*CreateTaskResponse)(nil),    // 6: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskRequest)(nil),        // 7: mcpcancel.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 8: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskRequest)(nil),       // 9: mcpcancel.v1.WaitTaskRequest
+	(*WaitTaskResponse)(nil),      // 10: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksRequest)(nil),      // 11: mcpcancel.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 12: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 13: mcpcancel.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 14: mcpcancel.v1.CancelTaskResponse
+	nil,                           // 15: mcpcancel.v1.UpdateTaskRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(Initiator)(0),                // 18: mcpcancel.v1.Initiator
+	(*CallKey)(nil),               // 19: mcpcancel.v1.CallKey
 }
 var file_mcpcancel_v1_tasks_proto_depIdxs = []int32{
 	0,  // 0: mcpcancel.v1.Task.status:type_name -> mcpcancel.v1.TaskStatus
-	12, // 1: mcpcancel.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	12, // 2: mcpcancel.v1.Task.last_updated_at:type_name -> google.protobuf.Timestamp
-	13, // 3: mcpcancel.v1.Task.ttl:type_name -> google.protobuf.Duration
-	13, // 4: mcpcancel.v1.Task.poll_interval:type_name -> google.protobuf.Duration
-	14, // 5: mcpcancel.v1.Task.initiator:type_name -> mcpcancel.v1.Initiator
-	15, // 6: mcpcancel.v1.CreateTaskRequest.key:type_name -> mcpcancel.v1.CallKey
-	13, // 7: mcpcancel.v1.CreateTaskRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 8: mcpcancel.v1.CreateTaskResponse.task:type_name -> mcpcancel.v1.Task
-	12, // 9: mcpcancel.v1.CreateTaskResponse.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 10: mcpcancel.v1.GetTaskResponse.task:type_name -> mcpcancel.v1.Task
-	1,  // 11: mcpcancel.v1.WaitTaskResponse.task:type_name -> mcpcancel.v1.Task
-	1,  // 12: mcpcancel.v1.ListTasksResponse.tasks:type_name -> mcpcancel.v1.Task
-	1,  // 13: mcpcancel.v1.CancelTaskResponse.task:type_name -> mcpcancel.v1.Task
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	16, // 1: mcpcancel.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	16, // 2: mcpcancel.v1.Task.last_updated_at:type_name -> google.protobuf.Timestamp
+	17, // 3: mcpcancel.v1.Task.ttl:type_name -> google.protobuf.Duration
+	17, // 4: mcpcancel.v1.Task.poll_interval:type_name -> google.protobuf.Duration
+	18, // 5: mcpcancel.v1.Task.initiator:type_name -> mcpcancel.v1.Initiator
+	2,  // 6: mcpcancel.v1.Task.input_requests:type_name -> mcpcancel.v1.TaskInput
+	15, // 7: mcpcancel.v1.UpdateTaskRequest.input_responses:type_name -> mcpcancel.v1.UpdateTaskRequest.InputResponsesEntry
+	2,  // 8: mcpcancel.v1.UpdateTaskResponse.accepted:type_name -> mcpcancel.v1.TaskInput
+	1,  // 9: mcpcancel.v1.UpdateTaskResponse.task:type_name -> mcpcancel.v1.Task
+	19, // 10: mcpcancel.v1.CreateTaskRequest.key:type_name -> mcpcancel.v1.CallKey
+	17, // 11: mcpcancel.v1.CreateTaskRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 12: mcpcancel.v1.CreateTaskResponse.task:type_name -> mcpcancel.v1.Task
+	16, // 13: mcpcancel.v1.CreateTaskResponse.deadline:type_name -> google.protobuf.Timestamp
+	1,  // 14: mcpcancel.v1.GetTaskResponse.task:type_name -> mcpcancel.v1.Task
+	1,  // 15: mcpcancel.v1.WaitTaskResponse.task:type_name -> mcpcancel.v1.Task
+	1,  // 16: mcpcancel.v1.ListTasksResponse.tasks:type_name -> mcpcancel.v1.Task
+	1,  // 17: mcpcancel.v1.CancelTaskResponse.task:type_name -> mcpcancel.v1.Task
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_tasks_proto_init() }
@@ -934,7 +1189,7 @@ func file_mcpcancel_v1_tasks_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_tasks_proto_rawDesc), len(file_mcpcancel_v1_tasks_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

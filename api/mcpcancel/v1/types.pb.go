@@ -357,7 +357,12 @@ type Tool struct {
 	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
 	// Whether the tool runs as an MCP task (execution.taskSupport):
 	// "forbidden" (or empty), "optional" or "required".
-	TaskSupport   string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
+	TaskSupport string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
+	// The handler itself decides when a call of the tool becomes a task
+	// (worker Call.StartTask): a 2026-07-28 client that can take a task gets
+	// an ordinary call first, whose input_required rounds resolve before the
+	// task exists, as the tasks extension says a server SHOULD.
+	DeferTask     bool `protobuf:"varint,80,opt,name=defer_task,json=deferTask,proto3" json:"defer_task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +451,13 @@ func (x *Tool) GetTaskSupport() string {
 		return x.TaskSupport
 	}
 	return ""
+}
+
+func (x *Tool) GetDeferTask() bool {
+	if x != nil {
+		return x.DeferTask
+	}
+	return false
 }
 
 // Call is a call record as the coordinator stores it.
@@ -1040,7 +1052,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\x9a\x02\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xb9\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -1051,7 +1063,9 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
 	"idempotent\x12!\n" +
-	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\"\xd9\x04\n" +
+	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\x12\x1d\n" +
+	"\n" +
+	"defer_task\x18P \x01(\bR\tdeferTask\"\xd9\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x1c\n" +

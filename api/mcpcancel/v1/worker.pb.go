@@ -283,6 +283,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Log
 	//	*ExecuteResponse_ClientRequest
 	//	*ExecuteResponse_ClientRequestEnd
+	//	*ExecuteResponse_TaskStart
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -388,6 +389,15 @@ func (x *ExecuteResponse) GetClientRequestEnd() *ClientRequestEnd {
 	return nil
 }
 
+func (x *ExecuteResponse) GetTaskStart() *TaskStart {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_TaskStart); ok {
+			return x.TaskStart
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -424,6 +434,14 @@ type ExecuteResponse_ClientRequestEnd struct {
 	ClientRequestEnd *ClientRequestEnd `protobuf:"bytes,21,opt,name=client_request_end,json=clientRequestEnd,proto3,oneof"`
 }
 
+type ExecuteResponse_TaskStart struct {
+	// The handler asks that the call continue as an MCP task (worker
+	// Call.StartTask). The gateway either creates the task, which runs
+	// the handler again with every answer of the call, and ends this
+	// call; or it refuses with an Answer error for seq.
+	TaskStart *TaskStart `protobuf:"bytes,80,opt,name=task_start,json=taskStart,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Progress) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
@@ -437,6 +455,53 @@ func (*ExecuteResponse_Log) isExecuteResponse_Event() {}
 func (*ExecuteResponse_ClientRequest) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_ClientRequestEnd) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_TaskStart) isExecuteResponse_Event() {}
+
+// TaskStart is a handler's request to continue its call as a task.
+type TaskStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskStart) Reset() {
+	*x = TaskStart{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskStart) ProtoMessage() {}
+
+func (x *TaskStart) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskStart.ProtoReflect.Descriptor instead.
+func (*TaskStart) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskStart) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
 
 // ClientRequest is a JSON-RPC request from the handler to the call's
 // client, numbered within the call.
@@ -458,7 +523,7 @@ type ClientRequest struct {
 
 func (x *ClientRequest) Reset() {
 	*x = ClientRequest{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +535,7 @@ func (x *ClientRequest) String() string {
 func (*ClientRequest) ProtoMessage() {}
 
 func (x *ClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +548,7 @@ func (x *ClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientRequest.ProtoReflect.Descriptor instead.
 func (*ClientRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClientRequest) GetSeq() int64 {
@@ -532,7 +597,7 @@ type ClientRequestEnd struct {
 
 func (x *ClientRequestEnd) Reset() {
 	*x = ClientRequestEnd{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +609,7 @@ func (x *ClientRequestEnd) String() string {
 func (*ClientRequestEnd) ProtoMessage() {}
 
 func (x *ClientRequestEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +622,7 @@ func (x *ClientRequestEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientRequestEnd.ProtoReflect.Descriptor instead.
 func (*ClientRequestEnd) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClientRequestEnd) GetSeq() int64 {
@@ -598,7 +663,7 @@ type AnswerRequest struct {
 
 func (x *AnswerRequest) Reset() {
 	*x = AnswerRequest{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +675,7 @@ func (x *AnswerRequest) String() string {
 func (*AnswerRequest) ProtoMessage() {}
 
 func (x *AnswerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +688,7 @@ func (x *AnswerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerRequest.ProtoReflect.Descriptor instead.
 func (*AnswerRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AnswerRequest) GetCallId() string {
@@ -702,7 +767,7 @@ type ClientError struct {
 
 func (x *ClientError) Reset() {
 	*x = ClientError{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +779,7 @@ func (x *ClientError) String() string {
 func (*ClientError) ProtoMessage() {}
 
 func (x *ClientError) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +792,7 @@ func (x *ClientError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientError.ProtoReflect.Descriptor instead.
 func (*ClientError) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClientError) GetCode() int64 {
@@ -762,7 +827,7 @@ type AnswerResponse struct {
 
 func (x *AnswerResponse) Reset() {
 	*x = AnswerResponse{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +839,7 @@ func (x *AnswerResponse) String() string {
 func (*AnswerResponse) ProtoMessage() {}
 
 func (x *AnswerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +852,7 @@ func (x *AnswerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerResponse.ProtoReflect.Descriptor instead.
 func (*AnswerResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AnswerResponse) GetAccepted() bool {
@@ -811,7 +876,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +888,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +901,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LogMessage) GetLevel() string {
@@ -872,7 +937,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +949,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +962,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -937,7 +1002,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1014,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1027,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecuteResult) GetResultJson() []byte {
@@ -990,7 +1055,7 @@ type Cancelled struct {
 
 func (x *Cancelled) Reset() {
 	*x = Cancelled{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1067,7 @@ func (x *Cancelled) String() string {
 func (*Cancelled) ProtoMessage() {}
 
 func (x *Cancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1080,7 @@ func (x *Cancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancelled.ProtoReflect.Descriptor instead.
 func (*Cancelled) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Cancelled) GetReason() string {
@@ -1045,7 +1110,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1122,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1135,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Failed) GetReason() string {
@@ -1114,7 +1179,7 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x04task\x18\x1e \x01(\bR\x04task\x1aA\n" +
 	"\x13InputResponsesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb4\x03\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xee\x03\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
@@ -1122,8 +1187,12 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x01(\v2\x14.mcpcancel.v1.FailedH\x00R\x06failed\x12,\n" +
 	"\x03log\x18\x05 \x01(\v2\x18.mcpcancel.v1.LogMessageH\x00R\x03log\x12D\n" +
 	"\x0eclient_request\x18\x14 \x01(\v2\x1b.mcpcancel.v1.ClientRequestH\x00R\rclientRequest\x12N\n" +
-	"\x12client_request_end\x18\x15 \x01(\v2\x1e.mcpcancel.v1.ClientRequestEndH\x00R\x10clientRequestEndB\a\n" +
-	"\x05event\"\x80\x01\n" +
+	"\x12client_request_end\x18\x15 \x01(\v2\x1e.mcpcancel.v1.ClientRequestEndH\x00R\x10clientRequestEnd\x128\n" +
+	"\n" +
+	"task_start\x18P \x01(\v2\x17.mcpcancel.v1.TaskStartH\x00R\ttaskStartB\a\n" +
+	"\x05event\"\x1d\n" +
+	"\tTaskStart\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x80\x01\n" +
 	"\rClientRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
@@ -1192,48 +1261,50 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(ClientRequestOutcome)(0),     // 0: mcpcancel.v1.ClientRequestOutcome
 	(*ExecuteRequest)(nil),        // 1: mcpcancel.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),       // 2: mcpcancel.v1.ExecuteResponse
-	(*ClientRequest)(nil),         // 3: mcpcancel.v1.ClientRequest
-	(*ClientRequestEnd)(nil),      // 4: mcpcancel.v1.ClientRequestEnd
-	(*AnswerRequest)(nil),         // 5: mcpcancel.v1.AnswerRequest
-	(*ClientError)(nil),           // 6: mcpcancel.v1.ClientError
-	(*AnswerResponse)(nil),        // 7: mcpcancel.v1.AnswerResponse
-	(*LogMessage)(nil),            // 8: mcpcancel.v1.LogMessage
-	(*Progress)(nil),              // 9: mcpcancel.v1.Progress
-	(*ExecuteResult)(nil),         // 10: mcpcancel.v1.ExecuteResult
-	(*Cancelled)(nil),             // 11: mcpcancel.v1.Cancelled
-	(*Failed)(nil),                // 12: mcpcancel.v1.Failed
-	nil,                           // 13: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(Initiator)(0),                // 15: mcpcancel.v1.Initiator
+	(*TaskStart)(nil),             // 3: mcpcancel.v1.TaskStart
+	(*ClientRequest)(nil),         // 4: mcpcancel.v1.ClientRequest
+	(*ClientRequestEnd)(nil),      // 5: mcpcancel.v1.ClientRequestEnd
+	(*AnswerRequest)(nil),         // 6: mcpcancel.v1.AnswerRequest
+	(*ClientError)(nil),           // 7: mcpcancel.v1.ClientError
+	(*AnswerResponse)(nil),        // 8: mcpcancel.v1.AnswerResponse
+	(*LogMessage)(nil),            // 9: mcpcancel.v1.LogMessage
+	(*Progress)(nil),              // 10: mcpcancel.v1.Progress
+	(*ExecuteResult)(nil),         // 11: mcpcancel.v1.ExecuteResult
+	(*Cancelled)(nil),             // 12: mcpcancel.v1.Cancelled
+	(*Failed)(nil),                // 13: mcpcancel.v1.Failed
+	nil,                           // 14: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(Initiator)(0),                // 16: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	14, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	13, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	9,  // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
-	10, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
-	11, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
-	12, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	8,  // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
-	3,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
-	4,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
-	0,  // 9: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
-	6,  // 10: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
-	15, // 11: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	15, // 12: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
-	1,  // 13: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	5,  // 14: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
-	2,  // 15: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	7,  // 16: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
-	15, // [15:17] is the sub-list for method output_type
-	13, // [13:15] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	14, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	10, // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
+	11, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
+	12, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
+	13, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
+	9,  // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
+	4,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
+	5,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
+	3,  // 9: mcpcancel.v1.ExecuteResponse.task_start:type_name -> mcpcancel.v1.TaskStart
+	0,  // 10: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
+	7,  // 11: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
+	16, // 12: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	16, // 13: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	1,  // 14: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	6,  // 15: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
+	2,  // 16: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	8,  // 17: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
+	16, // [16:18] is the sub-list for method output_type
+	14, // [14:16] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -1250,8 +1321,9 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*ExecuteResponse_Log)(nil),
 		(*ExecuteResponse_ClientRequest)(nil),
 		(*ExecuteResponse_ClientRequestEnd)(nil),
+		(*ExecuteResponse_TaskStart)(nil),
 	}
-	file_mcpcancel_v1_worker_proto_msgTypes[4].OneofWrappers = []any{
+	file_mcpcancel_v1_worker_proto_msgTypes[5].OneofWrappers = []any{
 		(*AnswerRequest_ResultJson)(nil),
 		(*AnswerRequest_Error)(nil),
 	}
@@ -1261,7 +1333,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
