@@ -272,9 +272,11 @@ type taskSummary struct {
 	Final        map[string]int `json:"final"` // task records by final state
 	Reads        int            `json:"reads"` // answers that stated a status
 	CancelsWon   int            `json:"cancels_won"`
-	CancelsAfter int            `json:"cancels_refused"` // tasks/cancel answered -32602
-	Results      int            `json:"results"`         // tasks/result answered with an outcome
-	Probes       int            `json:"probes"`          // tasks whose creating gateway was killed
+	CancelsAfter int            `json:"cancels_refused"`  // tasks/cancel answered -32602
+	Results      int            `json:"results"`          // tasks/result answered with an outcome
+	AsPlainCall  int            `json:"results_compared"` // results compared with a plain call's
+	StoreErrors  int            `json:"store_errors"`     // answers -32603: the gateway could not reach the coordinators
+	Probes       int            `json:"probes"`           // tasks whose creating gateway was killed
 	ProbeFinal   map[string]int `json:"probe_final"`
 }
 
@@ -300,6 +302,9 @@ func summarizeTasks(h *History) taskSummary {
 			if op.Status != "" {
 				ts.Reads++
 			}
+			if op.Status == "" && op.Code == -32603 {
+				ts.StoreErrors++
+			}
 			switch {
 			case op.Won:
 				ts.CancelsWon++
@@ -307,6 +312,9 @@ func summarizeTasks(h *History) taskSummary {
 				ts.CancelsAfter++
 			case op.Method == "tasks/result" && op.Status != "" && op.Status != tsUnknown:
 				ts.Results++
+				if op.Status == tsCompleted && len(t.Reference) > 0 {
+					ts.AsPlainCall++
+				}
 			}
 		}
 	}

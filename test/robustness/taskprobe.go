@@ -3,6 +3,7 @@ package robustness
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // taskProbe is a task created on the gateway kill_gateway then kills with
@@ -46,7 +47,12 @@ func (p *taskProbe) describe() string {
 	return fmt.Sprintf(", after it created task %s (to be served by gateway %d)", p.t.TaskID, p.t.ServeOn)
 }
 
-// serve starts asking the surviving gateway for the task.
+// serve starts asking the surviving gateway for the task. A tasks/result
+// that brings no outcome (the gateway could not reach the coordinators,
+// or did not answer) is asked again, as a client would, while the TTL
+// runs: what is checked is that the surviving gateway serves the result.
+// Every attempt is in the history, and the summary counts the store
+// errors.
 func (p *taskProbe) serve(ctx context.Context) {
 	if p == nil {
 		return
@@ -54,9 +60,17 @@ func (p *taskProbe) serve(ctx context.Context) {
 	p.done = make(chan struct{})
 	go func() { // owned by p: wait waits for it
 		defer close(p.done)
-		for _, m := range []string{"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"} {
-			p.tc.op(ctx, p.t, p.t.ServeOn, m)
+		j := p.t.ServeOn
+		p.tc.op(ctx, p.t, j, "tasks/get")
+		for {
+			p.tc.op(ctx, p.t, j, "tasks/result")
+			if p.t.Ops[len(p.t.Ops)-1].Status != "" || time.Now().After(p.t.CreatedAt.Add(p.t.TTL)) {
+				break
+			}
+			pace(ctx, 100*time.Millisecond)
 		}
+		p.tc.op(ctx, p.t, j, "tasks/list")
+		p.tc.op(ctx, p.t, j, "tasks/cancel")
 	}()
 }
 
