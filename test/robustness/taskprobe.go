@@ -16,9 +16,10 @@ type taskProbe struct {
 	done chan struct{} // closed when serve's requests are done
 }
 
-// probeTaskSeconds is how long the probe's task works: it ends within its
-// TTL, after its gateway was killed.
-const probeTaskSeconds = 1.5
+// probeTaskSeconds is how long the probe's task works: it ends after its
+// gateway was killed, early in its TTL, so that the surviving gateway has
+// most of the TTL to serve it.
+const probeTaskSeconds = 0.5
 
 // aimTask creates the probe's task on gateway gw; nil if it could not (the
 // fault goes on without one, and says so).

@@ -211,7 +211,9 @@ type legacyTaskJSON struct {
 }
 
 // plainCall makes the ordinary tools/call of the same tool and returns
-// its result without _meta, or nil.
+// its result without _meta; nil if it did not complete (an error, or an
+// error result: the gateway's timeout, a lost worker), as then it is no
+// reference for what the tool returns.
 func (tc *taskClient) plainCall(ctx context.Context, gw int, args map[string]any) json.RawMessage {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -219,7 +221,13 @@ func (tc *taskClient) plainCall(ctx context.Context, gw int, args map[string]any
 	if err != nil || rep.Error != nil {
 		return nil
 	}
-	res, _, _ := withoutMeta(rep.Result)
+	res, _, err := withoutMeta(rep.Result)
+	var body struct {
+		IsError bool `json:"isError"`
+	}
+	if err != nil || json.Unmarshal(res, &body) != nil || body.IsError {
+		return nil
+	}
 	return res
 }
 
