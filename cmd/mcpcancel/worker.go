@@ -31,7 +31,7 @@ stops the upstream server.`
 type workerFlags struct {
 	coordinator, listen, advertise, name string
 	admin                                string
-	demo                                 bool
+	demo, fixtures                       bool
 	capacity                             int
 	drain                                time.Duration
 	logLevel                             *slog.Level
@@ -48,6 +48,7 @@ func parseWorkerFlags(s cmdline.Streams, args []string) (*workerFlags, error) {
 	f.StringVar(&o.name, "name", "", "worker `name`, unique among live workers (default: host name and a random suffix)")
 	f.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics on; empty serves none")
 	f.BoolVar(&o.demo, "demo", false, "serve the demo tools sleep, echo and spin")
+	f.BoolVar(&o.fixtures, "fixtures", false, "with --demo, also serve the MCP conformance suite's test_* and task tools")
 	f.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
 	f.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
 	f.TLS(&o.tls)
@@ -63,6 +64,8 @@ func (o *workerFlags) check() error {
 	switch {
 	case !o.demo && !o.upstream.set():
 		return cmdline.Usage(ErrNoTools)
+	case o.fixtures && !o.demo:
+		return cmdline.Usage(errors.New("--fixtures needs --demo"))
 	case o.demo && o.upstream.set():
 		return cmdline.Usage(errors.New("--demo and an upstream server cannot share a worker: run two workers"))
 	case o.advertise == "" && everyInterface(o.listen):
@@ -105,6 +108,9 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	})
 	if o.demo {
 		demo.Register(w)
+		if o.fixtures {
+			demo.RegisterFixtures(w)
+		}
 	}
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {

@@ -119,7 +119,7 @@ func Check(h *History) []Violation {
 			vs = append(vs, Violation{Kind: VAuditMismatch, Subject: "call " + id, Server: s, Detail: fmt.Sprintf("ListAudit says %v, etcd held %v", outcomes, got)})
 		}
 	}
-	return vs
+	return append(vs, CheckTasks(h)...)
 }
 
 // checkServer checks one call record's own life: one decision, audited

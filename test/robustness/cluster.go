@@ -227,7 +227,7 @@ func (c *Cluster) restartWorker(ctx context.Context, w, gen int) error {
 		coords = append(coords, p.Addr())
 	}
 	p := c.workers[w]
-	p.setArgs("worker", "--demo", "--name", name, "--listen", c.workerAddr[w],
+	p.setArgs("worker", "--demo", "--fixtures", "--name", name, "--listen", c.workerAddr[w],
 		"--advertise", c.workerIn[w].Addr(), "--coordinator", strings.Join(coords, ","),
 		"--admin", c.workerAdmin[w], "--drain-timeout", drainTimeout.String())
 	if err := p.start(); err != nil {

@@ -40,6 +40,9 @@ type storedCall struct {
 	Deadline    time.Time       `json:"deadline"`
 	SettledAt   time.Time       `json:"settled_at"`
 	RetryOf     string          `json:"retry_of"`
+	Task        *struct {
+		TTLMs int64 `json:"ttl_ms"`
+	} `json:"task"`
 }
 
 // run watches until ctx ends; the etcd client resumes the watch on
@@ -57,7 +60,7 @@ func (co *collector) run(ctx context.Context, cli *clientv3.Client) error {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
-					co.put(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+					co.put(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, time.Now())
 				}
 				next = ev.Kv.ModRevision + 1
 			}
@@ -69,7 +72,7 @@ func (co *collector) run(ctx context.Context, cli *clientv3.Client) error {
 	return nil
 }
 
-func (co *collector) put(key string, val []byte, rev int64) {
+func (co *collector) put(key string, val []byte, rev int64, seen time.Time) {
 	rest := strings.TrimPrefix(key, prefix)
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -82,9 +85,14 @@ func (co *collector) put(key string, val []byte, rev int64) {
 		s := co.callLocked(r.CallID)
 		s.Scope, s.Principal, s.Gateway, s.RequestID, s.Tool, s.Worker = r.Scope, r.Principal, r.Gateway, r.RequestID, r.Tool, r.Worker
 		s.Requested, s.Deadline, s.RetryOf = r.RequestedAt, r.Deadline, r.RetryOf
-		if n := len(s.States); n == 0 || s.States[n-1].State != r.State {
-			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Settled: r.SettledAt, Revision: rev})
+		if r.Task != nil {
+			s.Task, s.TaskTTL = true, time.Duration(r.Task.TTLMs)*time.Millisecond
 		}
+		if n := len(s.States); n == 0 || s.States[n-1].State != r.State {
+			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Settled: r.SettledAt, Revision: rev, Seen: seen})
+		}
+	case strings.HasPrefix(rest, "task-results/"):
+		co.callLocked(strings.TrimPrefix(rest, "task-results/")).ResultStored = true
 	case strings.HasPrefix(rest, "audit/"):
 		var a coordinator.AuditRecord
 		if json.Unmarshal(val, &a) != nil {
@@ -96,7 +104,7 @@ func (co *collector) put(key string, val []byte, rev int64) {
 				return // a rewrite (stopped_at filled in), not a new record
 			}
 		}
-		s.Audits = append(s.Audits, Audit{Outcome: a.Outcome, Initiator: a.Initiator, Settled: a.SettledAt, Key: key})
+		s.Audits = append(s.Audits, Audit{Outcome: a.Outcome, Initiator: a.Initiator, Settled: a.SettledAt, Key: key, TaskID: a.TaskID})
 	}
 }
 
@@ -169,7 +177,7 @@ func listAudit(ctx context.Context, cl pb.CoordinatorServiceClient) (map[string]
 // leakedKeys lists the per-call keys still under the prefix.
 func leakedKeys(ctx context.Context, cli *clientv3.Client) ([]string, error) {
 	var out []string
-	for _, p := range []string{"calls/", "index/", "owners/", "audit/"} {
+	for _, p := range []string{"calls/", "index/", "owners/", "audit/", "tasks/", "task-results/"} {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		resp, err := cli.Get(ctx, prefix+p, clientv3.WithPrefix())
 		cancel()

@@ -8,7 +8,10 @@
 // every client observation, and checks the history against the audit
 // records and the final etcd state. Its operator records coordinator
 // operations of its own under the same faults, and the history is checked
-// for linearizability (package linearize).
+// for linearizability (package linearize). Task clients (tasks.go) create
+// 2025-11-25 tasks on one gateway and poll, wait for, list and cancel them
+// through either, and kill_gateway kills the gateway that just created a
+// task; CheckTasks (taskcheck.go) checks what they saw against etcd.
 //
 // The checker (Check) is plain code over a History, so tests feed it
 // hand-made bad histories too. Run the long form with

@@ -113,12 +113,15 @@ func (in *Injector) inject(ctx context.Context, kind string) error {
 		}
 	case FKillGateway:
 		i := r.IntN(len(c.gateways))
-		in.note(kind, "gateway %d", i)
+		tp := in.aimTask(ctx, i) // taskprobe.go
+		in.note(kind, "gateway %d%s", i, tp.describe())
 		c.gateways[i].kill()
+		tp.serve(ctx)
 		pace(ctx, short)
 		if err = c.gateways[i].start(); err == nil {
 			err = c.waitGateway(ctx, i)
 		}
+		tp.wait()
 	case FKillEtcd, FKillEtcdLeader:
 		m := r.IntN(len(c.etcd))
 		if kind == FKillEtcdLeader {

@@ -67,8 +67,13 @@ type ServerCall struct {
 	Requested time.Time       `json:"requested_at"`
 	Deadline  time.Time       `json:"deadline"`
 	RetryOf   string          `json:"retry_of,omitempty"` // the lost call this one retries
-	States    []StateChange   `json:"states"`
-	Audits    []Audit         `json:"audits,omitempty"`
+	// Task says the call runs an MCP task, of TaskTTL; ResultStored that
+	// its result was written (task-results/).
+	Task         bool          `json:"task,omitempty"`
+	TaskTTL      time.Duration `json:"task_ttl,omitempty"`
+	ResultStored bool          `json:"result_stored,omitempty"`
+	States       []StateChange `json:"states"`
+	Audits       []Audit       `json:"audits,omitempty"`
 }
 
 // StateChange is one stored value of a call record.
@@ -77,6 +82,8 @@ type StateChange struct {
 	Initiator string    `json:"initiator,omitempty"`
 	Settled   time.Time `json:"settled_at,omitzero"`
 	Revision  int64     `json:"revision"`
+	// Seen is when the harness's watch delivered it: after its commit.
+	Seen time.Time `json:"seen,omitzero"`
 }
 
 // Audit is one audit record.
@@ -85,6 +92,7 @@ type Audit struct {
 	Initiator string    `json:"initiator"`
 	Settled   time.Time `json:"settled_at"`
 	Key       string    `json:"key"`
+	TaskID    string    `json:"task_id,omitempty"`
 }
 
 // ownEnd is when the client itself ended its wait: it cancelled (or timed
@@ -133,6 +141,8 @@ type History struct {
 	// Listed are the audit records a coordinator's ListAudit returned at
 	// the end, as call id -> outcomes, to cross-check the etcd watch.
 	Listed map[string][]string
+	// Tasks is what the task clients saw (taskcheck.go).
+	Tasks []*ClientTask
 }
 
 // recorder collects client calls from many goroutines.

@@ -79,7 +79,7 @@ func TestCluster(t *testing.T) {
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: fixedSeed, Duration: 90 * time.Second, MaxTime: 170 * time.Second,
 		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 2 * time.Second,
-		GoHTTP: 10, GoStdio: 2, TS: 2,
+		GoHTTP: 10, GoStdio: 2, TS: 2, Tasks: 2,
 	}, true)
 }
 
@@ -94,7 +94,7 @@ func TestSoak(t *testing.T) {
 	}
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: seed, Duration: *soak, MaxTime: *soak + 10*time.Minute,
-		FaultGap: 6 * time.Second, GoHTTP: 10, GoStdio: 2, TS: 1,
+		FaultGap: 6 * time.Second, GoHTTP: 10, GoStdio: 2, TS: 1, Tasks: 2,
 	}, false)
 }
 
@@ -116,7 +116,7 @@ func TestFaults(t *testing.T) {
 	}
 	runAndCheck(t, RunOptions{
 		Seed: seed, FaultSeed: fixedSeed, Duration: 20 * time.Second, MaxTime: 2 * time.Minute,
-		MinFaults: len(faultKinds), FaultGap: 2 * time.Second, GoHTTP: 4, GoStdio: 1,
+		MinFaults: len(faultKinds), FaultGap: 2 * time.Second, GoHTTP: 4, GoStdio: 1, Tasks: 1,
 	}, false)
 }
 

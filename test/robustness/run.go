@@ -27,6 +27,7 @@ type RunOptions struct {
 	MinCalls, MinCancels, MinFaults int
 	FaultGap                        time.Duration
 	GoHTTP, GoStdio, TS             int // concurrent client loops
+	Tasks                           int // concurrent task client loops (tasks.go)
 	Log                             func(format string, args ...any)
 }
 
@@ -47,7 +48,8 @@ type Summary struct {
 	ByClient       map[string]int `json:"by_client"`
 	WorkloadTime   string         `json:"workload_time"`
 	// Linearizability is the model check of the operator's history.
-	Linearizability linSummary `json:"linearizability"`
+	Linearizability linSummary  `json:"linearizability"`
+	Tasks           taskSummary `json:"tasks"`
 }
 
 type linSummary struct {
@@ -84,7 +86,7 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	defer func() { stopWatch(); <-watchDone }()
 
 	wl := &Workload{c: c, seed: o.Seed, nodeDir: o.NodeDir, tokens: 200000,
-		http: &http.Transport{MaxIdleConnsPerHost: 64}}
+		http: &http.Transport{MaxIdleConnsPerHost: 64}, taskLoops: o.Tasks}
 	defer wl.http.CloseIdleConnections()
 	op, err := newOperator(c)
 	if err != nil {
@@ -206,6 +208,7 @@ func settle(ctx context.Context, c *Cluster, co *collector, wl *Workload) (*Hist
 		}
 		h.Client = append(h.Client, cc)
 	}
+	h.Tasks = wl.tasks.snapshot()
 	return h, nil
 }
 
@@ -219,9 +222,10 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 		}
 	}
 	records := 0
+	tasks := taskPrincipals(h)
 	for _, sc := range h.Server {
-		if sc.Principal == operatorPrincipal {
-			continue // the model check's, not a client's
+		if sc.Principal == operatorPrincipal || tasks[sc.Principal] {
+			continue // the model check's or the task clients', not the call workload's
 		}
 		records++
 		if sc.RetryOf != "" {
@@ -237,6 +241,7 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 		}
 	}
 	s.Refused = s.Calls - (records - s.Retried)
+	s.Tasks = summarizeTasks(h)
 	return s
 }
 

@@ -33,6 +33,8 @@ type Workload struct {
 	tokens    int
 	cancels   atomic.Int64 // cancels sent, to pace the run
 	http      *http.Transport
+	taskLoops int      // concurrent task clients (tasks.go)
+	tasks     taskLoad // what they saw
 }
 
 // plan is one call's tool, arguments and client behaviour.
@@ -101,6 +103,7 @@ func (wl *Workload) Run(ctx context.Context, goHTTP, goStdio, ts int) {
 			n++
 		}
 	}
+	wg.Go(func() { wl.runTasks(ctx, wl.taskLoops) })
 	wg.Wait()
 }
 
