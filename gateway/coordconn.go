@@ -37,18 +37,28 @@ const (
 	passThrough attemptPolicy = iota // unbounded, as on a plain connection
 	sentOnce                         // bounded and redialled, never sent twice: its outcome is ambiguous
 	resent                           // bounded, redialled and sent again: idempotent
+	// rewaited is a long wait (WaitTask): unbounded, for it may rightly
+	// wait minutes, but sent again when a redial cuts it off.
+	rewaited
 )
 
 // attemptPolicies: a Begin whose reply was lost may have created its call,
 // and call.go resolves that (failLostBegin, whose GetCall goes out on the
 // fresh connection); a Cancel is idempotent by key, and its retry after a
 // win reports the win; GetCall (the quiet-stream probe, lost Begins) and
-// GetSession (a session opened at another replica) only read.
+// GetSession (a session opened at another replica), GetTask and ListTasks
+// only read. A tasks/result's WaitTask is cut off by another RPC's redial
+// (seen in the fault harness: "the client connection is closing"), and
+// waits again. CreateTask and CancelTask pass through: a second
+// CancelTask after a win would answer the client -32602.
 var attemptPolicies = map[string]attemptPolicy{
 	pb.CoordinatorService_Begin_FullMethodName:      sentOnce,
 	pb.CoordinatorService_Cancel_FullMethodName:     resent,
 	pb.CoordinatorService_GetCall_FullMethodName:    resent,
 	pb.CoordinatorService_GetSession_FullMethodName: resent,
+	pb.CoordinatorService_GetTask_FullMethodName:    resent,
+	pb.CoordinatorService_ListTasks_FullMethodName:  resent,
+	pb.CoordinatorService_WaitTask_FullMethodName:   rewaited,
 }
 
 // attemptTimeout bounds one attempt: a read or a commit takes
@@ -82,8 +92,16 @@ func newCoordConn(conn *dial.Conn, log *slog.Logger) *coordConn {
 // Invoke implements grpc.ClientConnInterface with attemptPolicies.
 func (c *coordConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	policy := attemptPolicies[method]
-	if policy == passThrough {
+	switch policy {
+	case passThrough:
 		return c.conn.Invoke(ctx, method, args, reply, opts...)
+	case rewaited:
+		for n := 1; ; n++ {
+			err := c.conn.Invoke(ctx, method, args, reply, opts...)
+			if cutOff := status.Code(err) == codes.Canceled && ctx.Err() == nil; !cutOff || n == maxAttempts {
+				return err
+			}
+		}
 	}
 	for n := 1; ; n++ {
 		gen := c.conn.Gen()
