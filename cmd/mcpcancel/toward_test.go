@@ -25,12 +25,7 @@ import (
 // server's request went through the adapter and the gateway to the
 // client, and the answer back, under the gateway's own id.
 func TestDevUpstreamTowardClient(t *testing.T) {
-	clients := nodetest.Install(t)
-	server := filepath.Join(clients, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
-	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0",
-		"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server))
-	p.waitLine(t, "coordinator: ")
-	url := p.waitLine(t, "mcp: ")
+	url := devFrontingEverything(t)
 	for _, tc := range []struct {
 		tool, args, request string
 		want                []string
@@ -112,12 +107,7 @@ func TestDevUpstreamTowardClient(t *testing.T) {
 // counted every call in flight and refused both requests ("several
 // calls are in flight").
 func TestDevUpstreamTowardTwoClientsAtOnce(t *testing.T) {
-	clients := nodetest.Install(t)
-	server := filepath.Join(clients, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
-	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0",
-		"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server))
-	p.waitLine(t, "coordinator: ")
-	url := p.waitLine(t, "mcp: ")
+	url := devFrontingEverything(t)
 	var mu sync.Mutex
 	waiting := 2
 	arrived := make(chan struct{}) // closed once both handlers run
@@ -180,4 +170,16 @@ func TestDevUpstreamTowardTwoClientsAtOnce(t *testing.T) {
 	default:
 		t.Error("the two sampling requests never overlapped")
 	}
+}
+
+// devFrontingEverything runs `mcpcancel dev` fronting server-everything
+// over stdio (an upstream session per client, the default) and returns
+// its MCP URL.
+func devFrontingEverything(t *testing.T) string {
+	t.Helper()
+	server := filepath.Join(nodetest.Install(t), "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0",
+		"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server))
+	p.waitLine(t, "coordinator: ")
+	return p.waitLine(t, "mcp: ")
 }
