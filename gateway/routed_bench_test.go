@@ -1,0 +1,55 @@
+package gateway
+
+import (
+	"testing"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// Run: go test ./gateway -run '^$' -bench 'RequestParams|Answer' -count 6
+//
+// The per-call work of the gateway's hot path apart from the network:
+// reading a request's params on its way to Begin, and relaying the
+// worker's result to the client.
+
+var benchCall = &jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.Int(7), Method: "tools/call",
+	Params: []byte(`{"name":"echo","arguments":{"text":"a short line of text to echo back"},"_meta":{"progressToken":7}}`)}
+
+// BenchmarkRequestParams is what handleRequest and handleCall spend
+// reading a tools/call's params: the protocol version, then the target.
+func BenchmarkRequestParams(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if metaProtocolVersion(benchCall.Params) == Version20260728 {
+			b.Fatal("not a 2026-07-28 request")
+		}
+		if _, err := parseRouted(benchCall); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAnswer relays a worker's echo result through the gate, in
+// each era's form.
+func BenchmarkAnswer(b *testing.B) {
+	res := &pb.ExecuteResult{ResultJson: []byte(`{"content":[{"type":"text","text":"a short line of text to echo back"}],"structuredContent":{"text":"a short line of text to echo back"}}`)}
+	for _, era := range []struct {
+		name   string
+		modern bool
+	}{{"2025", false}, {"2026", true}} {
+		b.Run(era.name, func(b *testing.B) {
+			g := &Gateway{}
+			g.metrics = newMetrics(g)
+			s := newSession(g, "conn:bench", "alice")
+			b.ReportAllocs()
+			for b.Loop() {
+				c := &call{s: s, id: jsonrpc.Int(7), method: "tools/call", reply: discard{}, modern: era.modern}
+				c.answer(res)
+				if !c.settled() {
+					b.Fatal("the gate did not close")
+				}
+			}
+		})
+	}
+}
