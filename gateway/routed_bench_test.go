@@ -18,13 +18,16 @@ var benchCall = &jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.Int(7), 
 
 // BenchmarkRequestParams is what handleRequest and handleCall spend
 // reading a tools/call's params: the protocol version, then the target.
+// (Before the params were decoded once, this was metaProtocolVersion and
+// then parseRouted, each decoding them.)
 func BenchmarkRequestParams(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if metaProtocolVersion(benchCall.Params) == Version20260728 {
+		p := decodeParams(benchCall.Params)
+		if p.version() == Version20260728 {
 			b.Fatal("not a 2026-07-28 request")
 		}
-		if _, err := parseRouted(benchCall); err != nil {
+		if _, err := parseRouted(benchCall, p); err != nil {
 			b.Fatal(err)
 		}
 	}
