@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,35 +23,49 @@ import (
 // Run: go test ./gateway -run '^$' -bench DeleteSession -count 6
 //
 // BenchmarkDeleteSession times an HTTP DELETE of a 2025 session with 16
-// sleep calls in flight, each on its own POST stream: an op is the time
-// from the DELETE until every stream has ended and the worker runs no
+// calls in flight, each on its own POST stream: an op is the time from
+// the DELETE until every stream has ended and the worker runs no
 // handler. It reports the coordinator RPCs that cancelled (Cancel and
-// CancelScope, from the gateway and the worker alike) per call, beside
-// the one CloseSession per op: the settle work the DELETE cost.
+// CancelScope, from the gateway and the worker alike) per call and per
+// op, beside the one CloseSession per op: the settle work the DELETE
+// cost. sleep stops at once when cancelled; slowstop, like a fronted
+// server that takes a while to stop, 20 ms after, so its calls are still
+// held by the gateway when CloseSession returns.
 func BenchmarkDeleteSession(b *testing.B) {
 	const calls = 16
 	cl := etcdtest.Single(b)
 	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
-	w := testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, demo.Register)
+	w := testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, func(w *worker.Worker) {
+		demo.Register(w)
+		w.Handle(worker.Tool{Name: "slowstop"}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+			<-ctx.Done()
+			<-time.After(20 * time.Millisecond) // the tool's own time to stop
+			return nil, ctx.Err()
+		})
+	})
 	_, url := testcluster.StartGateway(b, coord.Client(b), gateway.Options{})
-	before := rpcCounts(b, coord.Server.Registry())
-	for b.Loop() {
-		b.StopTimer()
-		sid := benchSession(b, url)
-		var wg sync.WaitGroup
-		for i := range calls {
-			wg.Go(func() { benchSleepCall(b, url, sid, i) })
-		}
-		awaitInFlight(b, w, calls)
-		b.StartTimer()
-		benchDelete(b, url, sid)
-		wg.Wait()
-		awaitInFlight(b, w, 0)
+	for _, tool := range []string{"sleep", "slowstop"} {
+		b.Run(tool, func(b *testing.B) {
+			before := rpcCounts(b, coord.Server.Registry())
+			for b.Loop() {
+				b.StopTimer()
+				sid := benchSession(b, url)
+				var wg sync.WaitGroup
+				for i := range calls {
+					wg.Go(func() { benchLongCall(b, url, sid, tool, i) })
+				}
+				awaitInFlight(b, w, calls)
+				b.StartTimer()
+				benchDelete(b, url, sid)
+				wg.Wait()
+				awaitInFlight(b, w, 0)
+			}
+			after := rpcCounts(b, coord.Server.Registry())
+			per := func(m string) float64 { return (after[m] - before[m]) / float64(b.N) }
+			b.ReportMetric(per("Cancel")/calls, "cancels/call")
+			b.ReportMetric(per("CancelScope"), "cancelscopes/op")
+		})
 	}
-	after := rpcCounts(b, coord.Server.Registry())
-	per := func(m string) float64 { return (after[m] - before[m]) / float64(b.N*calls) }
-	b.ReportMetric(per("Cancel"), "cancels/call")
-	b.ReportMetric(per("CancelScope")*calls, "cancelscopes/op")
 }
 
 // rpcCounts are the coordinator's handled RPCs, by method.
@@ -87,9 +102,10 @@ func benchSession(tb testing.TB, url string) string {
 	return sid
 }
 
-// benchSleepCall POSTs a long sleep and reads its stream to the end.
-func benchSleepCall(tb testing.TB, url, sid string, id int) {
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":600,"steps":1}}}`, id)
+// benchLongCall POSTs a call of tool that runs until cancelled, and
+// reads its stream to the end.
+func benchLongCall(tb testing.TB, url, sid, tool string, id int) {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"seconds":600,"steps":1}}}`, id, tool)
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
