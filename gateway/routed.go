@@ -223,10 +223,15 @@ func (c *call) answer(r *pb.ExecuteResult) {
 		return
 	}
 	raw := json.RawMessage(r.GetResultJson())
-	if c.method == "tools/call" {
-		c.setOutcome(resultOutcome(raw))
-	} else {
+	switch {
+	case c.method != "tools/call":
 		c.setOutcome(outcomeCompleted)
+	case r.ToolError != nil && r.GetToolError(): // as the worker audited it
+		c.setOutcome(outcomeToolError)
+	case r.ToolError != nil:
+		c.setOutcome(outcomeCompleted)
+	default: // an older worker's: read the result
+		c.setOutcome(resultOutcome(raw))
 	}
 	c.respond(c.result(raw))
 }

@@ -34,13 +34,20 @@ func BenchmarkRequestParams(b *testing.B) {
 }
 
 // BenchmarkAnswer relays a worker's echo result through the gate, in
-// each era's form.
+// each era's form; tooled is the 2025 form from a worker that says
+// whether the result is a tool error (tool_error), as workers do since.
 func BenchmarkAnswer(b *testing.B) {
-	res := &pb.ExecuteResult{ResultJson: []byte(`{"content":[{"type":"text","text":"a short line of text to echo back"}],"structuredContent":{"text":"a short line of text to echo back"}}`)}
+	body := []byte(`{"content":[{"type":"text","text":"a short line of text to echo back"}],"structuredContent":{"text":"a short line of text to echo back"}}`)
+	no := false
 	for _, era := range []struct {
 		name   string
 		modern bool
-	}{{"2025", false}, {"2026", true}} {
+		res    *pb.ExecuteResult
+	}{
+		{"2025", false, &pb.ExecuteResult{ResultJson: body}},
+		{"2026", true, &pb.ExecuteResult{ResultJson: body}},
+		{"2025-tooled", false, &pb.ExecuteResult{ResultJson: body, ToolError: &no}},
+	} {
 		b.Run(era.name, func(b *testing.B) {
 			g := &Gateway{}
 			g.metrics = newMetrics(g)
@@ -48,7 +55,7 @@ func BenchmarkAnswer(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				c := &call{s: s, id: jsonrpc.Int(7), method: "tools/call", reply: discard{}, modern: era.modern}
-				c.answer(res)
+				c.answer(era.res)
 				if !c.settled() {
 					b.Fatal("the gate did not close")
 				}

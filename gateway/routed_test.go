@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
+	"reflect"
 	"testing"
 
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
@@ -60,5 +63,59 @@ func TestParseRoutedDropsMeta(t *testing.T) {
 		if string(r.params) != want {
 			t.Errorf("%s: worker gets %s, want %s", params, r.params, want)
 		}
+	}
+}
+
+// A worker's result reaches the client as the same JSON whether it is
+// relayed as raw bytes (rawResult) or decoded and re-encoded, as it was
+// before: in each era, for a result with or without resultType, and for
+// a cacheable method; a result that is not JSON is an internal error.
+func TestRawResultAsDecoded(t *testing.T) {
+	g := &Gateway{log: slog.New(slog.DiscardHandler)}
+	s := newSession(g, "conn:t", "alice")
+	for _, method := range []string{"tools/call", "resources/read"} {
+		for _, raw := range []string{
+			`{"content":[{"type":"text","text":"<b>&</b>\u2028 x"}]}`,
+			" {\n \"content\" : [ ] , \"isError\":true }\n",
+			`{}`,
+			`{"content":[],"resultType":"complete"}`,
+			`{"contents":[],"ttlMs":5}`,
+			`{"text":"resultType"}`,
+			`[1,2]`,
+			``,
+		} {
+			for _, modern := range []bool{false, true} {
+				c := &call{s: s, id: jsonrpc.String("r-1"), method: method, modern: modern}
+				got := c.result(json.RawMessage(raw))
+				old := json.RawMessage(raw)
+				if raw == "" {
+					old = nil
+				}
+				var want []byte
+				if modern {
+					want = jsonrpc.Response(c.id, completeRaw(method, old))
+				} else {
+					want = jsonrpc.Response(c.id, old)
+				}
+				var g, w any
+				if err := json.Unmarshal(got, &g); err != nil {
+					t.Fatalf("%s %q modern %v: %s is not JSON", method, raw, modern, got)
+				}
+				json.Unmarshal(want, &w)
+				if !reflect.DeepEqual(g, w) {
+					t.Errorf("%s %q modern %v:\n got %s\nwant %s", method, raw, modern, got, want)
+				}
+				if bytes.ContainsAny(got, "\n") {
+					t.Errorf("%s %q: a newline in %s breaks stdio framing", method, raw, got)
+				}
+			}
+		}
+	}
+	c := &call{s: s, id: jsonrpc.Int(2), method: "tools/call"}
+	var resp struct {
+		Error *jsonrpc.Error `json:"error"`
+	}
+	if err := json.Unmarshal(c.result(json.RawMessage(`{"content":[`)), &resp); err != nil || resp.Error == nil || resp.Error.Code != jsonrpc.CodeInternalError {
+		t.Errorf("a result that is not JSON: %+v %v, want an internal error", resp.Error, err)
 	}
 }

@@ -113,7 +113,7 @@ func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	if res.toolError {
 		e.outcome = "tool_error"
 	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: res.body, ErrorJson: res.rpcErr}}})
+	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: res.body, ErrorJson: res.rpcErr, ToolError: &res.toolError}}})
 }
 
 func (e *execution) fail(herr error, stoppedAt time.Time) error {
