@@ -339,3 +339,44 @@ func TestStrayCallCancelledPastDeadline(t *testing.T) {
 		t.Fatalf("audit = %v", got)
 	}
 }
+
+// A worker killed with many calls in flight: the janitor fails every one
+// of them once, as worker_lost, and clears every owner key. It settles
+// them side by side, so they share group commits (soak 3 found calls a
+// lost worker left settled one after another, seconds late).
+func TestWorkerLostFailsManyCalls(t *testing.T) {
+	const ttl, calls = time.Second, 100
+	e := newEnv(t, envOptions{coord: coordinator.Options{LeaseTTL: ttl}})
+	fw := attachFake(t, e.c, "doomed", "ghost")
+	begun := map[string]bool{}
+	for i := range calls {
+		b := e.begin(t, e.c, key("conn:many", num(int64(i))), "ghost")
+		begun[b.CallId] = true
+	}
+	watch, err := e.c.WatchAudit(t.Context(), &pb.WatchAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	fw.kill()
+	for range calls {
+		rec, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rec.Record
+		if !begun[r.CallId] || r.Outcome != "failed" || r.Initiator != pb.Initiator_INITIATOR_WORKER_LOST {
+			t.Fatalf("audit = %v, want a begun call failed as worker_lost", r)
+		}
+		delete(begun, r.CallId)
+	}
+	elapsed := time.Since(killed)
+	all := auditsFrom(t, e.cli)
+	for id, as := range all {
+		if len(as) != 1 {
+			t.Fatalf("call %s audited %v, want once", id, outcomes(as))
+		}
+	}
+	ownersLeft(t, e.cli, "doomed", 0)
+	t.Logf("%d calls failed %v after the kill (TTL %v)", calls, elapsed.Round(time.Millisecond), ttl)
+}

@@ -1,127 +1,25 @@
 package coordinator_test
 
 import (
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/faultproxy"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
-// replyProxy forwards TCP from a loopback port to a target. Once told to
-// lose replies, every connection open then, or opened until healed, loses
-// for good what the target sends back, while what is sent to the target
-// still arrives: the half-dead link of the lost_complete_reply fault. No
-// socket is closed; the client must find out for itself.
-type replyProxy struct {
-	addr, target string
-	lis          net.Listener
-	silent       atomic.Bool
-	// silentAccept receives once for each connection accepted while
-	// replies are lost: the client redialled into the fault.
-	silentAccept chan struct{}
-
-	mu    sync.Mutex
-	conns map[net.Conn]*atomic.Bool // each client side, and whether its replies are lost
-	wg    sync.WaitGroup
-}
-
-func startReplyProxy(t *testing.T, target string) *replyProxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyProxy{addr: lis.Addr().String(), target: target, lis: lis, silentAccept: make(chan struct{}, 64), conns: map[net.Conn]*atomic.Bool{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return p
-}
-
-// loseReplies silences the replies of every connection open now, and of
-// those accepted until heal.
-func (p *replyProxy) loseReplies() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.silent.Store(true)
-	for _, lost := range p.conns {
-		lost.Store(true)
-	}
-}
-
-// heal lets new connections carry replies; silenced ones stay silent.
-func (p *replyProxy) heal() { p.silent.Store(false) }
-
-func (p *replyProxy) close() {
-	p.lis.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *replyProxy) accept() {
-	for {
-		in, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		lost := &atomic.Bool{}
-		p.mu.Lock()
-		if p.silent.Load() {
-			lost.Store(true)
-			select {
-			case p.silentAccept <- struct{}{}:
-			default:
-			}
-		}
-		p.conns[in], p.conns[out] = lost, lost
-		p.mu.Unlock()
-		p.wg.Go(func() { p.copy(out, in, &atomic.Bool{}) }) // requests always arrive
-		p.wg.Go(func() { p.copy(in, out, lost) })
-	}
-}
-
-// copy forwards src to dst, dropping what arrives once lost is set; it
-// closes both when either side ends.
-func (p *replyProxy) copy(dst, src net.Conn, lost *atomic.Bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !lost.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // halfDeadEnv is a coordinator whose transport keepalive is far beyond
-// the test, a worker with the hold tool attached through a replyProxy,
+// the test, a worker with the hold tool attached through a proxy that can lose replies,
 // and a client of each reaching them directly.
 type halfDeadEnv struct {
 	cli   pb.CoordinatorServiceClient
-	proxy *replyProxy
+	proxy *faultproxy.Proxy
 	hold  *holdTool
 	w     *testcluster.Worker
 	etcd  *etcdtest.Cluster
@@ -131,29 +29,13 @@ func newHalfDeadEnv(t *testing.T, ttl time.Duration) *halfDeadEnv {
 	e := &halfDeadEnv{etcd: etcdtest.Single(t), hold: newHoldTool(false)}
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, e.etcd.Client(), coordinator.Options{Name: "a", LeaseTTL: ttl}, lax)
-	e.proxy = startReplyProxy(t, co.Addr)
+	e.proxy = faultproxy.Start(t, co.Addr)
 	// The worker's own keepalive is the default (10 s + 5 s): only the
 	// worker noticing the dead link can beat the bounds below.
-	e.w = testcluster.StartWorker(t, worker.Options{Coordinator: e.proxy.addr, Name: "halfdead"}, e.hold.register)
+	e.w = testcluster.StartWorker(t, worker.Options{Coordinator: e.proxy.Addr(), Name: "halfdead"}, e.hold.register)
 	e.cli = co.Client(t)
 	waitTools(t, e.cli, "hold")
 	return e
-}
-
-// healOnRedial heals the proxy once the worker has redialled into the
-// fault: its first fresh connection loses replies too, the next carries
-// them.
-func (e *halfDeadEnv) healOnRedial(t *testing.T) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-e.proxy.silentAccept:
-			e.proxy.heal()
-		case <-t.Context().Done():
-		}
-	}()
-	t.Cleanup(func() { <-done })
 }
 
 // Regression (issue 14, fault lost_complete_reply, seed
@@ -183,8 +65,7 @@ func TestCompleteOnAHalfDeadLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := e.hold.next(t)
-	e.proxy.loseReplies()
-	e.healOnRedial(t)
+	e.proxy.SilenceFor(faultproxy.SilentReplies, 1) // the worker's first redial loses its replies too
 	lost := time.Now()
 	h.release <- worker.Text("kept")
 	final := (&execStream{stream: s}).final(t)
@@ -225,8 +106,7 @@ func TestStopOrderOnAHalfDeadLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := e.hold.next(t)
-	e.proxy.loseReplies()
-	e.healOnRedial(t)
+	e.proxy.SilenceFor(faultproxy.SilentReplies, 1) // the worker's first redial loses its replies too
 	r, err := e.cli.Cancel(t.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_OPERATOR, Reason: "stop"})
 	if err != nil || r.Result != pb.CancelResult_CANCEL_RESULT_CANCELLED {
 		t.Fatalf("cancel = %v, %v; want CANCELLED", r, err)

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"golang.org/x/sync/errgroup"
 )
 
 // runJanitor campaigns to be the one replica that settles the calls of
@@ -91,6 +92,11 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		live[string(kv.Key[len(s.keys.workers()):])] = kv.CreateRevision
 	}
+	// The calls are settled side by side, so that the decisions share
+	// group commits: a worker lost with many calls costs a few Txns, not
+	// a round trip per call, and its calls are not settled late.
+	var eg errgroup.Group
+	eg.SetLimit(janitorParallel)
 	running := map[string]*mvccpb.KeyValue{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		w, id, ok := s.keys.parseOwner(string(kv.Key))
@@ -98,13 +104,12 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 			continue
 		}
 		if rev, alive := live[w]; !alive || kv.CreateRevision <= rev {
-			err := s.abandoned(ctx, w, id, kv.CreateRevision, decision{
-				state: stateFailed, initiator: "worker_lost",
-				reason: fmt.Sprintf("worker %s was lost", w), ownerGone: true,
+			eg.Go(func() error {
+				return s.skipCorrupt(id, s.abandoned(ctx, w, id, kv.CreateRevision, decision{
+					state: stateFailed, initiator: "worker_lost",
+					reason: fmt.Sprintf("worker %s was lost", w), ownerGone: true,
+				}))
 			})
-			if err = s.skipCorrupt(id, err); err != nil {
-				return err
-			}
 			continue
 		}
 		if len(kv.Value) == 0 { // settled calls hold a stop order instead
@@ -117,24 +122,27 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 		}
 	}
 	if err := s.learnDeadlines(ctx, running, deadlines); err != nil {
-		return err
+		return errors.Join(err, eg.Wait())
 	}
 	now := s.now()
 	for id, d := range deadlines {
 		if !now.After(d.Add(s.opts.LeaseTTL)) {
 			continue
 		}
-		w, _, _ := s.keys.parseOwner(string(running[id].Key))
-		err := s.abandoned(ctx, w, id, running[id].CreateRevision, decision{
-			state: stateFailed, initiator: "timeout",
-			reason: "no outcome by the deadline: its gateway is gone or never learnt it began",
+		kv := running[id]
+		w, _, _ := s.keys.parseOwner(string(kv.Key))
+		eg.Go(func() error {
+			return s.skipCorrupt(id, s.abandoned(ctx, w, id, kv.CreateRevision, decision{
+				state: stateFailed, initiator: "timeout",
+				reason: "no outcome by the deadline: its gateway is gone or never learnt it began",
+			}))
 		})
-		if err = s.skipCorrupt(id, err); err != nil {
-			return err
-		}
 	}
-	return nil
+	return eg.Wait()
 }
+
+// janitorParallel is how many abandoned calls the janitor settles at once.
+const janitorParallel = 32
 
 // skipCorrupt logs a call whose record does not decode, so that one bad
 // record does not stop the janitor settling the others; other errors pass.

@@ -9,6 +9,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/faultproxy"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
@@ -26,10 +27,10 @@ func TestSilentWorkerLosesItsCall(t *testing.T) {
 	cli := etcdtest.Single(t).Client()
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, cli, coordinator.Options{Name: "a", LeaseTTL: ttl}, lax)
-	toCoord := testcluster.StartProxy(t, co.Addr)
+	toCoord := faultproxy.Start(t, co.Addr)
 	hold := newHoldTool(false)
-	w := testcluster.StartWorker(t, worker.Options{Coordinator: toCoord.Addr, Name: "silent"}, hold.register)
-	toWorker := testcluster.StartProxy(t, w.Addr)
+	w := testcluster.StartWorker(t, worker.Options{Coordinator: toCoord.Addr(), Name: "silent"}, hold.register)
+	toWorker := faultproxy.Start(t, w.Addr)
 	c := co.Client(t)
 	waitTools(t, c, "hold")
 
@@ -37,15 +38,15 @@ func TestSilentWorkerLosesItsCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := pb.NewWorkerServiceClient(testcluster.Conn(t, toWorker.Addr)).Execute(t.Context(), &pb.ExecuteRequest{
+	stream, err := pb.NewWorkerServiceClient(testcluster.Conn(t, toWorker.Addr())).Execute(t.Context(), &pb.ExecuteRequest{
 		CallId: b.CallId, Fence: b.Fence, Tool: "hold", ArgumentsJson: []byte(`{}`), Deadline: b.Deadline, Worker: b.Worker,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hold.next(t)
-	toCoord.Silence()
-	toWorker.Silence()
+	toCoord.Set(faultproxy.Silent, 0)
+	toWorker.Set(faultproxy.Silent, 0)
 	silenced := time.Now()
 	var call *pb.Call
 	testcluster.WaitFor(t, "the silent worker's call to fail", func() bool {
@@ -65,8 +66,8 @@ func TestSilentWorkerLosesItsCall(t *testing.T) {
 		t.Fatalf("audit = %v, want [failed]", got)
 	}
 	// Let the worker find its way back, so that it stops cleanly.
-	toCoord.Heal()
-	toWorker.Heal()
+	toCoord.Reset()
+	toWorker.Reset()
 	stream.CloseSend()
 }
 

@@ -171,7 +171,7 @@ func (s *Server) workerNotification(ctx context.Context, a *attachment, n *pb.Se
 	var sessions []string
 	var err error
 	switch n.GetMethod() {
-	case "notifications/message":
+	case "notifications/message", "notifications/elicitation/complete": // for the session named alone
 		if validateSessionScope(n.GetSession()) == nil {
 			sessions = []string{n.GetSession()}
 		}

@@ -45,6 +45,10 @@ type call struct {
 	stopExec context.CancelFunc
 	relayed  bool // a progress or log notification of the call reached the client
 	retried  bool // the call was placed once more after its worker was lost
+	// ownCancel: the client asked to cancel (its notification, or closing
+	// the request's stream). It is never answered a cancellation then,
+	// whoever's got recorded, even if its own Cancel could not be sent.
+	ownCancel bool
 
 	toward toward // requests toward the client (outbound.go)
 }
@@ -209,6 +213,14 @@ func (c *call) beginFailed(err error, p *routed) {
 			// disconnect, say) won before we could fail it: answer as
 			// that decision says, which is silence for the client's own.
 			c.cancelledBy(who, reason)
+			return
+		}
+		if c.clientGaveUp() {
+			// The client cancelled, or left, while Begin was in flight:
+			// it expects nothing. A call the Begin created after all is
+			// settled by the client's end (its scope's cancel) or, past
+			// its deadline, by the janitor.
+			c.cancelledBy(pb.Initiator_INITIATOR_CLIENT, "")
 			return
 		}
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the call could not be started: %s", status.Convert(err).Message())))

@@ -33,6 +33,9 @@ type cancelOrder struct {
 // returned it is remembered and sent once the call exists.
 func (c *call) requestCancel(who pb.Initiator, reason string) {
 	c.mu.Lock()
+	if who == pb.Initiator_INITIATOR_CLIENT {
+		c.ownCancel = true
+	}
 	if c.state != running || c.pending != nil {
 		c.mu.Unlock()
 		return
@@ -81,6 +84,15 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 	return false // completion (or failure) won; its answer goes out
 }
 
+// clientGaveUp says the client asked to cancel the call, or left (stdio
+// EOF, DELETE): nothing but a result may reach it now.
+func (c *call) clientGaveUp() bool {
+	c.mu.Lock()
+	own := c.ownCancel
+	c.mu.Unlock()
+	return own || c.s.hasLeft()
+}
+
 // cancelUndecided reopens the gate when a cancel could not be decided (the
 // coordinator was unreachable): a later cancel may try again, and the call
 // runs on as before.
@@ -99,11 +111,12 @@ func (c *call) cancelUndecided() {
 // operator) is answered with an error result naming it, because the
 // client is still waiting. A cancellation whose initiator is unknown is
 // taken as the client's: answering after the client's accepted cancel
-// would break the one rule that cannot be mended later. So is a
-// disconnect once the client itself left (stdio EOF, DELETE).
+// would break the one rule that cannot be mended later. So is any
+// cancellation once the client asked to cancel or left (stdio EOF,
+// DELETE): which cancel was recorded first changes nothing for it.
 func (c *call) cancelledBy(who pb.Initiator, reason string) {
-	if who == pb.Initiator_INITIATOR_DISCONNECT && c.s.hasLeft() {
-		who = pb.Initiator_INITIATOR_CLIENT // its own doing
+	if c.clientGaveUp() {
+		who = pb.Initiator_INITIATOR_CLIENT // its own doing, whoever's cancel was recorded
 	}
 	switch who {
 	case pb.Initiator_INITIATOR_CLIENT, pb.Initiator_INITIATOR_UNSPECIFIED:

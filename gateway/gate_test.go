@@ -100,6 +100,7 @@ func (op gateOp) apply(c *call) {
 type gateModel struct {
 	state  int // running, cancelling, answered, cancelled
 	asked  bool
+	own    bool // the client asked to cancel, ever
 	left   bool
 	expect []sent
 }
@@ -117,6 +118,7 @@ func (m *gateModel) apply(op gateOp) {
 			m.expect = append(m.expect, sent{})
 		}
 	case "ask cancel":
+		m.own = true
 		if m.state == running && !m.asked {
 			m.state, m.asked = cancelling, true
 		}
@@ -126,8 +128,9 @@ func (m *gateModel) apply(op gateOp) {
 			m.state = running
 		}
 	case "decided":
-		silent := op.who == pb.Initiator_INITIATOR_CLIENT || op.who == pb.Initiator_INITIATOR_UNSPECIFIED ||
-			op.who == pb.Initiator_INITIATOR_DISCONNECT && m.left
+		// Silent for the client's own cancellation, and for anyone's once
+		// the client asked to cancel or left: it expects nothing.
+		silent := op.who == pb.Initiator_INITIATOR_CLIENT || op.who == pb.Initiator_INITIATOR_UNSPECIFIED || m.own || m.left
 		switch {
 		case !open:
 		case silent:

@@ -2,10 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/faultproxy"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
@@ -27,113 +25,14 @@ import (
 // redialling takes one 2 s attempt per dead connection, two here.
 const halfDeadBound = 8 * time.Second
 
-// replyProxy forwards TCP from a loopback port to a target. Told to lose
-// replies, every connection open then, or accepted until heal, loses for
-// good what the target sends back, while what is sent to it still
-// arrives. No socket is closed: the client must find out for itself.
-type replyProxy struct {
-	addr   string
-	target string
-	lis    net.Listener
-	silent atomic.Bool
-	// silentAccepts counts connections accepted while replies were lost:
-	// the client redialled into the fault.
-	silentAccepts atomic.Int32
-	healed        chan struct{} // closed when the first one was accepted
-
-	mu    sync.Mutex
-	conns map[net.Conn]*atomic.Bool // both sides of each pair, and whether its replies are lost
-	wg    sync.WaitGroup
-}
-
-func startReplyProxy(t *testing.T, target string) *replyProxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyProxy{addr: lis.Addr().String(), target: target, lis: lis, healed: make(chan struct{}), conns: map[net.Conn]*atomic.Bool{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return p
-}
-
-// loseReplies silences the replies of every connection open now, and of
-// those accepted until the first fresh connection arrives, which stays
-// silent too: the next one carries replies.
-func (p *replyProxy) loseReplies() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.silent.Store(true)
-	for _, lost := range p.conns {
-		lost.Store(true)
-	}
-}
-
-func (p *replyProxy) close() {
-	p.lis.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *replyProxy) accept() {
-	for {
-		in, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		lost := &atomic.Bool{}
-		p.mu.Lock()
-		if p.silent.Load() {
-			lost.Store(true)
-			if p.silentAccepts.Add(1) == 1 {
-				p.silent.Store(false) // heal: the next connection carries replies
-				close(p.healed)
-			}
-		}
-		p.conns[in], p.conns[out] = lost, lost
-		p.mu.Unlock()
-		p.wg.Go(func() { forward(out, in, &atomic.Bool{}) }) // requests always arrive
-		p.wg.Go(func() { forward(in, out, lost) })
-	}
-}
-
-// forward copies src to dst, dropping what arrives once lost is set; it
-// closes both when either side ends.
-func forward(dst, src net.Conn, lost *atomic.Bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !lost.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // halfDeadStack is a coordinator whose keepalive is far beyond the test
 // (so it never cuts the half-dead link for the gateway), a worker with the
 // demo tools attached to it directly, and a gateway whose coordinator
-// link, a dial.Conn with the default keepalive, goes through a replyProxy.
+// link, a dial.Conn with the default keepalive, goes through a proxy that can lose replies.
 type halfDeadStack struct {
 	cli    *clientv3.Client
 	direct pb.CoordinatorServiceClient
-	proxy  *replyProxy
+	proxy  *faultproxy.Proxy
 	url    string
 }
 
@@ -147,8 +46,8 @@ func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
 		resp, err := st.direct.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) >= 3
 	})
-	st.proxy = startReplyProxy(t, co.Addr)
-	conn, err := dial.Open(st.proxy.addr)
+	st.proxy = faultproxy.Start(t, co.Addr)
+	conn, err := dial.Open(st.proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +83,7 @@ func (st *halfDeadStack) inFlight(t *testing.T) int32 {
 // call on it now succeeds.
 func (st *halfDeadStack) afterRedial(t *testing.T, sid string, id int) {
 	select {
-	case <-st.proxy.healed:
+	case <-st.proxy.Healed():
 	default:
 		t.Fatal("the gateway never redialled its coordinator link")
 	}
@@ -206,7 +105,8 @@ func TestHalfDeadCoordinatorLinkCancel(t *testing.T) {
 	seen := make(chan struct{})
 	call := startCallSeen(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60, "steps": 600}, "tok", seen)
 	<-seen // the handler runs
-	st.proxy.loseReplies()
+
+	st.proxy.SilenceFor(faultproxy.SilentReplies, 1) // the first redial loses replies too
 	lost := time.Now()
 	if code, body := post(t, st.url, sid, cancelMsg(1, "changed my mind")); code != 202 {
 		t.Fatalf("cancel: %d %s", code, body)
@@ -242,7 +142,7 @@ func TestHalfDeadCoordinatorLinkCancel(t *testing.T) {
 func TestHalfDeadCoordinatorLinkBegin(t *testing.T) {
 	st := newHalfDeadStack(t, gateway.Options{})
 	sid := openSession(t, st.url)
-	st.proxy.loseReplies()
+	st.proxy.SilenceFor(faultproxy.SilentReplies, 1) // the first redial loses replies too
 	lost := time.Now()
 	var r streamResult
 	select {
@@ -275,10 +175,10 @@ func TestHalfDeadCoordinatorLinkProbe(t *testing.T) {
 	sid := openSession(t, st.url)
 	call := startCall(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60}, nil)
 	waitFor(t, "the call to run", func() bool { return st.inFlight(t) == 1 })
-	st.proxy.loseReplies()
+	st.proxy.SilenceFor(faultproxy.SilentReplies, 1) // the first redial loses replies too
 	lost := time.Now()
 	select {
-	case <-st.proxy.healed:
+	case <-st.proxy.Healed():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the gateway did not redial 20 s after the replies were lost")
 	}

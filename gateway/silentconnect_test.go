@@ -11,6 +11,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/faultproxy"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
@@ -30,13 +31,13 @@ func TestCallToANewlySilentWorkerIsAnswered(t *testing.T) {
 	cli := etcdtest.Single(t).Client()
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, cli, coordinator.Options{LeaseTTL: ttl}, lax)
-	toCoord := testcluster.StartProxy(t, co.Addr)
+	toCoord := faultproxy.Start(t, co.Addr)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	toWorker := testcluster.StartProxy(t, lis.Addr().String())
-	w := worker.New(worker.Options{Coordinator: toCoord.Addr, Name: "silent", Advertise: toWorker.Addr, DrainTimeout: time.Second})
+	toWorker := faultproxy.Start(t, lis.Addr().String())
+	w := worker.New(worker.Options{Coordinator: toCoord.Addr(), Name: "silent", Advertise: toWorker.Addr(), DrainTimeout: time.Second})
 	demo.Register(w)
 	ctx, stopWorker := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -53,9 +54,9 @@ func TestCallToANewlySilentWorkerIsAnswered(t *testing.T) {
 
 	// Silent before the gateway ever dialled the worker; the coordinator
 	// still places calls on it until its lease runs out.
-	toCoord.Silence()
-	toWorker.Silence()
-	t.Cleanup(func() { toCoord.Heal(); toWorker.Heal() }) // before the worker stops
+	toCoord.Set(faultproxy.Silent, 0)
+	toWorker.Set(faultproxy.Silent, 0)
+	t.Cleanup(func() { toCoord.Reset(); toWorker.Reset() }) // before the worker stops
 	silenced := time.Now()
 	call := startCall(t, url, sid, 1, "echo", map[string]any{"text": "hi"}, nil)
 	var r streamResult

@@ -11,6 +11,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/faultproxy"
 	"github.com/mcpcancel/mcpcancel/internal/grpcserver"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
@@ -26,15 +27,15 @@ func TestSilentWorkersClientIsAnswered(t *testing.T) {
 	cli := etcdtest.Single(t).Client()
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, cli, coordinator.Options{LeaseTTL: ttl}, lax)
-	toCoord := testcluster.StartProxy(t, co.Addr)
+	toCoord := faultproxy.Start(t, co.Addr)
 	// The worker advertises the proxy in front of it, so the gateway's
 	// Execute stream runs through the blackhole too.
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	toWorker := testcluster.StartProxy(t, lis.Addr().String())
-	w := worker.New(worker.Options{Coordinator: toCoord.Addr, Name: "silent", Advertise: toWorker.Addr, DrainTimeout: time.Second})
+	toWorker := faultproxy.Start(t, lis.Addr().String())
+	w := worker.New(worker.Options{Coordinator: toCoord.Addr(), Name: "silent", Advertise: toWorker.Addr(), DrainTimeout: time.Second})
 	demo.Register(w)
 	ctx, stopWorker := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -52,9 +53,9 @@ func TestSilentWorkersClientIsAnswered(t *testing.T) {
 	call := startCallSeen(t, url, sid, 1, "sleep", map[string]any{"seconds": 60, "steps": 1000}, "p", running)
 	<-running
 
-	toCoord.Silence()
-	toWorker.Silence()
-	t.Cleanup(func() { toCoord.Heal(); toWorker.Heal() }) // before the worker stops
+	toCoord.Set(faultproxy.Silent, 0)
+	toWorker.Set(faultproxy.Silent, 0)
+	t.Cleanup(func() { toCoord.Reset(); toWorker.Reset() }) // before the worker stops
 	silenced := time.Now()
 	var r streamResult
 	select {

@@ -77,6 +77,16 @@ func (w *Worker) invokerLocked(method, target string) invoke {
 func toolInvoker(h Handler) invoke {
 	return func(ctx context.Context, c *Call) (*answer, error) {
 		res, err := h(ctx, c)
+		if ctx.Err() == nil {
+			// A tool's errors are its failures, but for -32042: the
+			// client must see that one as the JSON-RPC error it is.
+			if rpcErr, ok, derr := c.urlElicitationError(err); ok {
+				if derr != nil {
+					return nil, derr
+				}
+				return rpcAnswer(rpcErr, err)
+			}
+		}
 		if err != nil || res == nil {
 			return nil, err
 		}
@@ -91,13 +101,12 @@ func toolInvoker(h Handler) invoke {
 func requestInvoker(h RequestHandler) invoke {
 	return func(ctx context.Context, c *Call) (*answer, error) {
 		res, err := h(ctx, c)
+		if _, ok, derr := c.urlElicitationError(err); ok && derr != nil && ctx.Err() == nil {
+			return nil, derr
+		}
 		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) && ctx.Err() == nil {
-			b, merr := json.Marshal(rpcErr)
-			if merr != nil {
-				return nil, err
-			}
-			return &answer{rpcErr: b, toolError: true}, nil
+			return rpcAnswer(rpcErr, err)
 		}
 		if err != nil || res == nil {
 			return nil, err
@@ -134,4 +143,14 @@ func (a *answer) spanResult() *Result {
 		return nil
 	}
 	return &Result{IsError: a.toolError}
+}
+
+// rpcAnswer is a handler's JSON-RPC error as the client gets it; err
+// itself if it does not encode.
+func rpcAnswer(rpcErr *jsonrpc.Error, err error) (*answer, error) {
+	b, merr := json.Marshal(rpcErr)
+	if merr != nil {
+		return nil, err
+	}
+	return &answer{rpcErr: b, toolError: true}, nil
 }

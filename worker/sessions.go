@@ -50,8 +50,9 @@ func (w *Worker) sessionEnded(session string) {
 }
 
 // NotifySession sends an MCP notification to a client session, outside
-// any call: method is notifications/message (a log) or
-// notifications/resources/updated; params is its JSON-encodable params.
+// any call: method is notifications/message (a log),
+// notifications/resources/updated or notifications/elicitation/complete
+// (see CompleteElicitation); params is its JSON-encodable params.
 // With session empty, a resources/updated goes to every session
 // subscribed to its URI. Delivery is best effort: nothing is sent while
 // the worker is detached, and a flood is dropped rather than queued.

@@ -157,6 +157,7 @@ func (c *Call) Request(ctx context.Context, method string, params json.RawMessag
 		params = json.RawMessage(`{}`) // params are an object, when present
 	}
 	a := c.exec.prepare(ctx, method, params)
+	c.noteURLElicitation(a, method, params)
 	c.exec.sendAsked(ctx, a, method, params, false)
 	return c.exec.wait(ctx, a)
 }
@@ -199,7 +200,8 @@ func (c *Call) AskAll(ctx context.Context, inputs ...Input) (answers []json.RawM
 		}
 	}
 	for i, in := range inputs {
-		c.exec.sendAsked(ctxs[i], as[i], in.Method, in.Params, i < last)
+		c.noteURLElicitation(as[i], in.Method, inputs[i].Params)
+		c.exec.sendAsked(ctxs[i], as[i], in.Method, inputs[i].Params, i < last)
 	}
 	for i := range inputs {
 		answers[i], errs[i] = c.exec.wait(ctx, as[i])

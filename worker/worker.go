@@ -107,14 +107,15 @@ type Worker struct {
 	draining bool
 	running  sync.WaitGroup // handlers
 
-	ctrl    *control
-	hooks   sessionHooks
-	metrics *metrics
-	conn    *dial.Conn // redialled when found half-dead (see redial)
-	coord   pb.CoordinatorServiceClient
-	closed  chan struct{}
-	stop    context.CancelFunc
-	runDone chan struct{}
+	ctrl     *control
+	hooks    sessionHooks
+	elicited elicitations // URL elicitations' sessions, for CompleteElicitation
+	metrics  *metrics
+	conn     *dial.Conn // redialled when found half-dead (see redial)
+	coord    pb.CoordinatorServiceClient
+	closed   chan struct{}
+	stop     context.CancelFunc
+	runDone  chan struct{}
 }
 
 type registered struct {

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpcancel/mcpcancel/internal/nodetest"
 )
@@ -69,5 +73,111 @@ func TestDevUpstreamTowardClient(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The server's URLElicitationRequiredError (-32042) reaches the client
+	// as the JSON-RPC error it is, with its elicitations, not as a failure.
+	t.Run("trigger-url-elicitation/errorPath", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", "trigger-url-elicitation", "--no-wire",
+			"--args", `{"url":"https://example.test/authorise","errorPath":true}`)
+		out, _ := cmd.Output() // the call's error is the point: the script exits 1
+		var got struct {
+			Code int64
+			Data struct {
+				Elicitations []struct {
+					Mode, URL, ElicitationID string
+				}
+			}
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+			var e struct {
+				Event, Phase string
+			}
+			if json.Unmarshal(line, &e) == nil && e.Event == "error" && e.Phase == "call" {
+				json.Unmarshal(line, &got)
+			}
+		}
+		if got.Code != -32042 || len(got.Data.Elicitations) != 1 || got.Data.Elicitations[0].Mode != "url" || got.Data.Elicitations[0].ElicitationID == "" {
+			t.Fatalf("the client got %+v, want the server's -32042 with one URL elicitation\n%s", got, out)
+		}
+	})
+}
+
+// Two clients, each with one call in flight through its own upstream
+// session (the default, per-client): each server request is related to
+// the lone call of the session it came on, whatever the other client
+// runs. Each client's sampling handler holds its answer until both
+// requests have arrived, so the calls overlap; before, the adapter
+// counted every call in flight and refused both requests ("several
+// calls are in flight").
+func TestDevUpstreamTowardTwoClientsAtOnce(t *testing.T) {
+	clients := nodetest.Install(t)
+	server := filepath.Join(clients, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	p := start(t, nil, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0",
+		"--upstream-stdio", fmt.Sprintf("node '%s' stdio", server))
+	p.waitLine(t, "coordinator: ")
+	url := p.waitLine(t, "mcp: ")
+	var mu sync.Mutex
+	waiting := 2
+	arrived := make(chan struct{}) // closed once both handlers run
+	results := make(chan string, 2)
+	errs := make(chan error, 2)
+	for _, name := range []string{"alice", "bob"} {
+		entered := sync.OnceFunc(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting--; waiting == 0 {
+				close(arrived)
+			}
+		})
+		c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "0"}, &mcp.ClientOptions{
+			CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+				entered()
+				select {
+				case <-arrived:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(20 * time.Second): // a bound, not a wait for anything
+					return nil, errors.New("the other client's sampling request never came")
+				}
+				return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "sampled for " + name}}, nil
+			},
+		})
+		cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1},
+			&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		go func() { // ends with the call, bounded below
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "trigger-sampling-request", Arguments: map[string]any{"prompt": "hi", "maxTokens": 5}})
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				return
+			}
+			b, _ := json.Marshal(res)
+			results <- name + " " + string(b)
+		}()
+	}
+	for range 2 {
+		select {
+		case r := <-results:
+			name, body, _ := strings.Cut(r, " ")
+			if !strings.Contains(body, "sampled for "+name) || strings.Contains(body, `"isError":true`) {
+				t.Errorf("%s's call returned %s, want its own sampled answer", name, body)
+			}
+		case err := <-errs:
+			t.Error(err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the calls did not return")
+		}
+	}
+	select {
+	case <-arrived:
+	default:
+		t.Error("the two sampling requests never overlapped")
 	}
 }

@@ -60,6 +60,12 @@ const (
 	stFailed    = "failed"
 )
 
+// lostBegin says a response is the gateway's answer to a Begin whose
+// outcome it could not learn: the call could not be started.
+func lostBegin(r *Response) bool {
+	return r.Kind == "rpc_error" && strings.Contains(r.Text, "could not be started")
+}
+
 // progressGrace is how long after a decision a progress notification
 // already on its way may still arrive: a generous ceiling, not a timing
 // assumption.
@@ -274,6 +280,13 @@ func checkClient(c *ClientCall, s *ServerCall) []Violation {
 		byClient := final.Initiator == "client" || (final.Initiator == "disconnect" && !c.ownEnd().IsZero())
 		switch {
 		case resp == nil:
+		case byClient && final.Initiator == "disconnect" && lostBegin(resp) && resp.At.Before(c.ownEnd()):
+			// The gateway lost Begin's reply and, finding no call, told
+			// the client it could not start; the Begin committed later
+			// (its coordinator died with the Txn in etcd's pipeline), and
+			// the client's going away settled it first, where the janitor
+			// would have failed it past its deadline. The answer came
+			// before the cancel, and nothing ran.
 		case byClient:
 			bad(VResponseAfterCancel, "call CANCELLED (%s) but the client got %s %q", final.Initiator, resp.Kind, resp.Text)
 		case resp.Kind == "result":

@@ -70,6 +70,16 @@ func TestCheckerAcceptsAGoodHistory(t *testing.T) {
 	if vs := Check(h); len(vs) != 0 {
 		t.Fatalf("violations for a live client answered after its caller-gone cancel:\n%s", Report(0, vs))
 	}
+	// A Begin whose reply was lost: the client was told the call could not
+	// start; the Begin committed late, and the client's going away
+	// cancelled the record (soak 4, seed 1796139353287150048).
+	h = goodHistory()
+	h.Client[1].CancelSent, h.Client[1].Disconnect = time.Time{}, at(60)
+	h.Client[1].Responses = []Response{{At: at(30), Kind: "rpc_error", Text: "the call could not be started: error reading from server: EOF"}}
+	h.Server["b"].States[1].Initiator, h.Server["b"].Audits[0].Initiator = "disconnect", "disconnect"
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("violations for a late-committed Begin cancelled by the client's going away:\n%s", Report(0, vs))
+	}
 }
 
 // TestCheckerFlagsBadHistories feeds the checker one broken promise at a
@@ -127,6 +137,11 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 			h.Client[2].Progress = append(h.Client[2].Progress, at(150))
 		}, VBadRetry},
 		{"retry of no call", func(h *History) { delete(h.Server, "c") }, VBadRetry},
+		{"could not start, said after the client went away", func(h *History) {
+			h.Client[1].CancelSent, h.Client[1].Disconnect = time.Time{}, at(20)
+			h.Client[1].Responses = []Response{{At: at(30), Kind: "rpc_error", Text: "the call could not be started: EOF"}}
+			h.Server["b"].States[1].Initiator, h.Server["b"].Audits[0].Initiator = "disconnect", "disconnect"
+		}, VResponseAfterCancel},
 		{"an answer after the client went away", func(h *History) {
 			h.Server["e"].States[1].Initiator = "disconnect"
 			h.Client[3].Disconnect = at(290)

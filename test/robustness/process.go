@@ -39,6 +39,7 @@ func (p *process) start() error {
 	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), p.args)
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)

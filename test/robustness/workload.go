@@ -155,6 +155,7 @@ func (wl *Workload) goStdioSession(ctx context.Context, r *rand.Rand) {
 	}
 	defer log.Close()
 	cmd.Stderr = log
+	dieWithTest(cmd)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -301,6 +302,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 	cmd := exec.CommandContext(context.WithoutCancel(ctx), "node", args...)
 	cmd.Dir = wl.nodeDir
 	cmd.Stderr = io.Discard
+	dieWithTest(cmd)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		pace(ctx, time.Second)

@@ -42,7 +42,7 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 		return nil, callErr(ctx, c, tc, err)
 	}
 	defer release()
-	defer a.calls.add(ctx, c)()
+	defer a.calls.add(ctx, c, s)()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
 	ctx = withRelay(ctx, r)

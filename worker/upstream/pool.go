@@ -321,6 +321,13 @@ func clientOptions(a *Adapter, key string) *mcp.ClientOptions {
 		Capabilities:           towardCapabilities(),
 		LoggingMessageHandler:  func(_ context.Context, r *mcp.LoggingMessageRequest) { a.sessionLog(key, r.Params) },
 		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) { a.resourceUpdated(key, r.Params) },
+		// A URL elicitation's completion goes to the client session that
+		// was asked it, on either kind of connection (the worker knows it).
+		ElicitationCompleteHandler: func(_ context.Context, r *mcp.ElicitationCompleteNotificationRequest) {
+			if r.Params != nil {
+				a.w.CompleteElicitation(r.Params.ElicitationID)
+			}
+		},
 	}
 }
 

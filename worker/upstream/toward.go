@@ -43,19 +43,26 @@ func towardCapabilities() *mcp.ClientCapabilities {
 	}
 }
 
-// inflight is the calls being forwarded to the server.
+// inflight is the calls being forwarded to the server, and the upstream
+// session each runs on.
 type inflight struct {
 	mu    sync.Mutex
-	calls map[*worker.Call]context.Context
+	calls map[*worker.Call]flight
 }
 
-// add records a call until the returned func is called.
-func (f *inflight) add(ctx context.Context, c *worker.Call) func() {
+type flight struct {
+	ctx  context.Context
+	sess *mcp.ClientSession
+}
+
+// add records a call on upstream session s until the returned func is
+// called.
+func (f *inflight) add(ctx context.Context, c *worker.Call, s *mcp.ClientSession) func() {
 	f.mu.Lock()
 	if f.calls == nil {
-		f.calls = map[*worker.Call]context.Context{}
+		f.calls = map[*worker.Call]flight{}
 	}
-	f.calls[c] = ctx
+	f.calls[c] = flight{ctx: ctx, sess: s}
 	f.mu.Unlock()
 	return func() {
 		f.mu.Lock()
@@ -64,16 +71,26 @@ func (f *inflight) add(ctx context.Context, c *worker.Call) func() {
 	}
 }
 
-// only returns the call in flight if there is exactly one.
-func (f *inflight) only() (*worker.Call, context.Context, int) {
+// only returns the call in flight on upstream session s if there is
+// exactly one, and how many there are: a request the server sends on a
+// session serves one of that session's calls, so with an upstream
+// session per client, each client's lone call is found whatever the
+// others run.
+func (f *inflight) only(s *mcp.ClientSession) (*worker.Call, context.Context, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for c, ctx := range f.calls {
-		if len(f.calls) == 1 {
-			return c, ctx, 1
+	var one *worker.Call
+	var ctx context.Context
+	n := 0
+	for c, fl := range f.calls {
+		if s == nil || fl.sess == s {
+			one, ctx, n = c, fl.ctx, n+1
 		}
 	}
-	return nil, nil, len(f.calls)
+	if n != 1 {
+		return nil, nil, n
+	}
+	return one, ctx, 1
 }
 
 // relayToClient is the client session's receiving middleware: requests
@@ -105,7 +122,8 @@ func (a *Adapter) relayToClient(next mcp.MethodHandler) mcp.MethodHandler {
 // askClient relays one server request to its call's client. It ends when
 // the server cancels it (ctx) or the call ends.
 func (a *Adapter) askClient(ctx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
-	c, callCtx, n := a.calls.only()
+	s, _ := req.GetSession().(*mcp.ClientSession)
+	c, callCtx, n := a.calls.only(s)
 	if c == nil {
 		msg := "no call is in flight to relate this request to"
 		if n > 1 {

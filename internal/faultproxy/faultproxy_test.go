@@ -1,4 +1,4 @@
-package robustness
+package faultproxy
 
 import (
 	"bufio"
@@ -49,13 +49,9 @@ func roundTrip(t *testing.T, c net.Conn, d time.Duration) error {
 // closed, even after the proxy heals; a new one then works. Silencing only
 // the replies lets requests through and loses what comes back.
 func TestProxySilent(t *testing.T) {
-	for _, m := range []proxyMode{modeSilent, modeSilentReplies} {
+	for _, m := range []Mode{Silent, SilentReplies} {
 		t.Run(m.String(), func(t *testing.T) {
-			p, err := NewProxy("test", echoServer(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := Start(t, echoServer(t))
 			old, err := net.Dial("tcp", p.Addr())
 			if err != nil {
 				t.Fatal(err)
@@ -81,5 +77,48 @@ func TestProxySilent(t *testing.T) {
 				t.Fatalf("healed, new connection: %v", err)
 			}
 		})
+	}
+}
+
+// TestSilenceFor: the connection open when the fault starts and the first
+// one accepted after it stay silent for good; the proxy then heals by
+// itself, and the next connection carries replies.
+func TestSilenceFor(t *testing.T) {
+	p := Start(t, echoServer(t))
+	if p.Healed() != nil {
+		t.Fatal("Healed before SilenceFor, want nil")
+	}
+	open, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if err := roundTrip(t, open, 5*time.Second); err != nil {
+		t.Fatalf("before: %v", err)
+	}
+	p.SilenceFor(SilentReplies, 1)
+	healed := p.Healed()
+	redial, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redial.Close()
+	for name, c := range map[string]net.Conn{"open": open, "first redial": redial} {
+		if err := roundTrip(t, c, 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s connection: %v, want its replies lost", name, err)
+		}
+	}
+	select {
+	case <-healed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not healed after the counted connection was accepted")
+	}
+	fresh, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := roundTrip(t, fresh, 5*time.Second); err != nil {
+		t.Fatalf("after healing: %v", err)
 	}
 }
