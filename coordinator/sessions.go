@@ -165,7 +165,7 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.CloseSessionResponse{Cancelled: int32(len(ids))}, nil
+	return &pb.CloseSessionResponse{Cancelled: int32(len(ids)), CallIds: ids}, nil
 }
 
 // CancelScope implements CoordinatorService.CancelScope.

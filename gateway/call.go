@@ -58,8 +58,8 @@ func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
 // handleCall runs a request routed to a worker to its end: registered
 // before any remote work, begun at the coordinator, executed on the
 // worker, answered through the gate.
-func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, reply sink) {
-	p, perr := parseRouted(m)
+func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *inParams, reply sink) {
+	p, perr := parseRouted(m, params)
 	if perr != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, perr))
 		return

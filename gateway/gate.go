@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
@@ -249,13 +251,67 @@ func (c *call) log(l *pb.LogMessage) {
 
 // result encodes the call's response, in the client's revision.
 func (c *call) result(v any) []byte {
+	if raw, ok := v.(json.RawMessage); ok {
+		return c.rawResult(raw)
+	}
 	if !c.modern {
 		return jsonrpc.Response(c.id, v)
 	}
-	if raw, ok := v.(json.RawMessage); ok {
+	return jsonrpc.Response(c.id, complete(c.method, v))
+}
+
+// rawResult encodes a worker's result as the call's response without
+// decoding it: the result is compacted (which validates it) straight into
+// the response, and for 2026-07-28 marked complete by appending
+// resultType (and a cacheable method's hints) to the object. A result
+// that already names one of those keys is decoded and re-encoded with
+// ours instead, as completeRaw does; one that is not JSON is answered as
+// an internal error.
+func (c *call) rawResult(raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
+	}
+	id, _ := c.id.MarshalJSON()
+	buf := bytes.NewBuffer(make([]byte, 0, len(raw)+len(id)+96))
+	buf.WriteString(`{"jsonrpc":"2.0","id":`)
+	buf.Write(id)
+	buf.WriteString(`,"result":`)
+	start := buf.Len()
+	if err := json.Compact(buf, raw); err != nil {
+		c.s.g.log.Warn("a worker's result is not JSON", "scope", c.s.scope, "id", c.idText(), "err", err)
+		return jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the worker answered with a result that does not decode"))
+	}
+	if c.modern && !appendComplete(buf, start, c.method) {
 		return jsonrpc.Response(c.id, completeRaw(c.method, raw))
 	}
-	return jsonrpc.Response(c.id, complete(c.method, v))
+	buf.WriteByte('}')
+	return buf.Bytes()
+}
+
+// appendComplete adds resultType, and a cacheable method's caching hints,
+// to the compact result object that ends buf from start. It reports false,
+// leaving buf as it was, when the result names one of those keys itself.
+// A result that is not an object stays as it is, as completeRaw leaves it.
+func appendComplete(buf *bytes.Buffer, start int, method string) bool {
+	obj := buf.Bytes()[start:]
+	if obj[0] != '{' {
+		return true
+	}
+	cache := slices.Contains(cacheable, method)
+	if bytes.Contains(obj, []byte(`"resultType"`)) || cache && (bytes.Contains(obj, []byte(`"ttlMs"`)) || bytes.Contains(obj, []byte(`"cacheScope"`))) {
+		return false
+	}
+	empty := len(obj) == 2
+	buf.Truncate(buf.Len() - 1) // the object's closing brace
+	if !empty {
+		buf.WriteByte(',')
+	}
+	buf.WriteString(`"resultType":"complete"`)
+	if cache {
+		buf.WriteString(`,"ttlMs":0,"cacheScope":"private"`)
+	}
+	buf.WriteByte('}')
+	return true
 }
 
 // toolError is a CallToolResult with isError set.

@@ -120,7 +120,14 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request, principal st
 	<-ctx.Done()
 }
 
-// delete ends a session: its calls on every replica are cancelled.
+// delete ends a session: its calls on every replica are cancelled, once
+// each. CloseSession refuses the session's new calls on every replica and
+// cancels its running ones, audited as the client's disconnect, and names
+// those it cancelled: their gates close here without another Cancel. The
+// rest were settled otherwise, or are not begun yet (their Begin meets the
+// closed session, or a Begin whose reply is on its way was cancelled with
+// the others), and get a Cancel each, which wins only if nothing settled
+// them; a coordinator that names no calls leaves every call to that.
 func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request, principal string) {
 	id := r.Header.Get(hdrSession)
 	s, status := h.lookup(r.Context(), id, principal)
@@ -128,14 +135,16 @@ func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request, principal
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
 		return
 	}
+	const reason = "session deleted by the client"
 	s.setLeft(true) // before the close, which may cancel its calls through their workers
-	_, err := h.g.coord.CloseSession(r.Context(), &pb.CloseSessionRequest{SessionId: id, Principal: s.principal, Reason: "session deleted by the client"})
+	resp, err := h.g.coord.CloseSession(r.Context(), &pb.CloseSessionRequest{SessionId: id, Principal: s.principal, Reason: reason})
 	if err != nil && !client.Is(err, client.ErrUnknownCall) {
 		s.setLeft(false)
 		httpError(w, http.StatusServiceUnavailable, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot close the session: the coordinator is unavailable"))
 		return
 	}
-	s.cancelAll(pb.Initiator_INITIATOR_DISCONNECT, "session deleted by the client")
+	rest := closeWon(s.inboundCalls(), resp.GetCallIds(), pb.Initiator_INITIATOR_DISCONNECT, reason)
+	cancelEach(rest, pb.Initiator_INITIATOR_DISCONNECT, reason)
 	h.mu.Lock()
 	delete(h.sessions, id)
 	h.mu.Unlock()

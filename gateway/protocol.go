@@ -31,7 +31,8 @@ var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed"
 func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
 	ctx, reply, end := s.observe(ctx, m, reply) // span and duration: trace.go
 	defer end()
-	if m.Method == "server/discover" || metaProtocolVersion(m.Params) == Version20260728 {
+	params := decodeParams(m.Params) // once: the version here, a routed call's target in handleCall
+	if m.Method == "server/discover" || params.version() == Version20260728 {
 		s.mu.Lock()
 		s.modern = true // this client speaks 2026-07-28
 		s.mu.Unlock()
@@ -48,7 +49,7 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		return
 	}
 	if isRouted(m.Method) {
-		s.handleCall(ctx, m, reply)
+		s.handleCall(ctx, m, params, reply)
 		return
 	}
 	result, rpcErr := s.dispatch(ctx, m)

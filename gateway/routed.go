@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -38,31 +39,65 @@ const (
 	refResource = "ref/resource:"
 )
 
-// parseRouted reads a routed request's target from its params.
-func parseRouted(m *jsonrpc.Message) (*routed, *jsonrpc.Error) {
-	var p struct {
-		Name      string          `json:"name"`
-		URI       string          `json:"uri"`
-		Arguments json.RawMessage `json:"arguments"`
-		Ref       struct {
-			Type string `json:"type"`
-			Name string `json:"name"`
-			URI  string `json:"uri"`
-		} `json:"ref"`
-		Meta struct {
-			ProgressToken json.RawMessage `json:"progressToken"`
-			LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
-		} `json:"_meta"`
+// inParams is what the gateway reads of a request's params, decoded once
+// per request (handleRequest): the 2026-07-28 protocol version in _meta,
+// and a routed request's target, arguments and _meta fields. A decode
+// error is kept for the routed request to answer; what decoded stands.
+type inParams struct {
+	Name      string          `json:"name"`
+	URI       string          `json:"uri"`
+	Arguments json.RawMessage `json:"arguments"`
+	Ref       struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+		URI  string `json:"uri"`
+	} `json:"ref"`
+	Meta *inMeta `json:"_meta"`
+
+	err error
+}
+
+// inMeta is the part of a request's _meta the gateway reads.
+type inMeta struct {
+	ProgressToken json.RawMessage `json:"progressToken"`
+	LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
+	Version       json.RawMessage `json:"io.modelcontextprotocol/protocolVersion"`
+}
+
+// decodeParams decodes a request's params once. Params that are absent,
+// not an object, or of the wrong shape keep their error in err.
+func decodeParams(raw json.RawMessage) *inParams {
+	p := &inParams{}
+	p.err = json.Unmarshal(raw, p)
+	return p
+}
+
+// version is the protocol version the request's _meta names, if it is a
+// string; otherwise empty, as metaProtocolVersion reads it.
+func (p *inParams) version() string {
+	if p.Meta == nil || len(p.Meta.Version) == 0 || p.Meta.Version[0] != '"' {
+		return ""
 	}
-	if err := json.Unmarshal(m.Params, &p); err != nil {
+	var v string
+	json.Unmarshal(p.Meta.Version, &v)
+	return v
+}
+
+// parseRouted reads a routed request's target from its params, decoded
+// once by handleRequest.
+func parseRouted(m *jsonrpc.Message, p *inParams) (*routed, *jsonrpc.Error) {
+	if p.err != nil {
 		if m.Method == "tools/call" {
 			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "tools/call needs params with a tool name")
 		}
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "%s needs params that are an object", m.Method)
 	}
-	r := &routed{method: m.Method, logLevel: p.Meta.LogLevel}
-	if t := p.Meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
-		r.token = t
+	r := &routed{method: m.Method}
+	if meta := p.Meta; meta != nil {
+		r.logLevel = meta.LogLevel
+		if t := meta.ProgressToken; len(t) > 0 && (t[0] == '"' || t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
+			r.token = t
+		}
 	}
 	switch m.Method {
 	case "tools/call":
@@ -98,7 +133,10 @@ func parseRouted(m *jsonrpc.Message) (*routed, *jsonrpc.Error) {
 	if a := p.Arguments; len(a) > 0 && string(a) != "null" && a[0] != '{' {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")
 	}
-	r.params = withoutMeta(m.Params)
+	r.params = m.Params
+	if bytes.Contains(m.Params, []byte(`"_meta"`)) { // only then is there anything to drop
+		r.params = withoutMeta(m.Params)
+	}
 	return r, nil
 }
 
@@ -185,10 +223,15 @@ func (c *call) answer(r *pb.ExecuteResult) {
 		return
 	}
 	raw := json.RawMessage(r.GetResultJson())
-	if c.method == "tools/call" {
-		c.setOutcome(resultOutcome(raw))
-	} else {
+	switch {
+	case c.method != "tools/call":
 		c.setOutcome(outcomeCompleted)
+	case r.ToolError != nil && r.GetToolError(): // as the worker audited it
+		c.setOutcome(outcomeToolError)
+	case r.ToolError != nil:
+		c.setOutcome(outcomeCompleted)
+	default: // an older worker's: read the result
+		c.setOutcome(resultOutcome(raw))
 	}
 	c.respond(c.result(raw))
 }

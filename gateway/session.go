@@ -318,15 +318,27 @@ const cancelAllParallelism = 64
 // transaction); the calls it did not cancel (begun after it looked, not
 // begun yet, or settled otherwise) are cancelled one by one.
 func (s *session) cancelAll(who pb.Initiator, reason string) {
-	s.mu.Lock()
-	var cs []*call
-	for _, c := range s.inbound {
-		cs = append(cs, c)
-	}
-	s.mu.Unlock()
+	cs := s.inboundCalls()
 	if len(cs) > 1 {
 		cs = s.cancelScope(cs, who, reason)
 	}
+	cancelEach(cs, who, reason)
+}
+
+// inboundCalls are the calls of this session held here.
+func (s *session) inboundCalls() []*call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]*call, 0, len(s.inbound))
+	for _, c := range s.inbound {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// cancelEach cancels each call, many at once, and returns once every
+// cancel has been answered.
+func cancelEach(cs []*call, who pb.Initiator, reason string) {
 	sem := make(chan struct{}, cancelAllParallelism)
 	var wg sync.WaitGroup
 	for _, c := range cs {
@@ -351,8 +363,14 @@ func (s *session) cancelScope(cs []*call, who pb.Initiator, reason string) []*ca
 		s.g.log.Warn("cancelling a scope failed; cancelling its calls one by one", "scope", s.scope, "err", err)
 		return cs
 	}
-	won := make(map[string]bool, len(resp.GetCallIds()))
-	for _, id := range resp.GetCallIds() {
+	return closeWon(cs, resp.GetCallIds(), who, reason)
+}
+
+// closeWon closes the gates of the calls whose ids the coordinator
+// cancelled for who, and returns the others.
+func closeWon(cs []*call, ids []string, who pb.Initiator, reason string) []*call {
+	won := make(map[string]bool, len(ids))
+	for _, id := range ids {
 		won[id] = true
 	}
 	var rest []*call

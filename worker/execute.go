@@ -46,6 +46,7 @@ type execution struct {
 	mu         sync.Mutex
 	state      int
 	order      *pb.StopCall // why the coordinator stopped the call
+	ownOrder   bool         // order is the worker's own, after it lost its lease
 	last       float64      // last progress sent
 	anySent    bool
 	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
@@ -198,7 +199,7 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 		e.state = stopped
 	}
 	if e.order == nil {
-		e.order = o
+		e.order, e.ownOrder = o, errors.Is(cause, errLeaseLost)
 	}
 	at := e.stoppedAt
 	e.mu.Unlock()

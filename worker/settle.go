@@ -37,9 +37,7 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 		// whether the janitor already did.
 		return e.failAs(pb.Initiator_INITIATOR_WORKER_LOST, errors.New(order.GetReason()), stoppedAt)
 	case order != nil:
-		e.outcome = "cancelled"
-		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
-		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
+		return e.endAsOrdered(order, stoppedAt)
 	case e.stream.Context().Err() != nil && !e.task:
 		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, "caller gone", stoppedAt)
 	case errors.Is(cause, errShutdown):
@@ -53,15 +51,56 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 	}
 }
 
+// endAsOrdered ends a call the coordinator settled without this worker,
+// as its stop order says: the order is the decision, so no settle RPC
+// is needed to learn it.
+func (e *execution) endAsOrdered(order *pb.StopCall, stoppedAt time.Time) error {
+	e.outcome = "cancelled"
+	e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
+	return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
+}
+
+// decided is the coordinator's stop order for the call, once one has
+// reached the worker: someone else's decision, already made. The worker's
+// own order after it lost its lease is not one (finish fails the call).
+func (e *execution) decided() *pb.StopCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ownOrder {
+		return nil
+	}
+	return e.order
+}
+
+// settleUnlessOrdered settles the call with rpc, retried as settle does,
+// unless the coordinator's stop order reaches the worker first (before
+// an attempt, or while it waits to retry): then it returns the order and
+// sends nothing more, as the decision is made.
+func (e *execution) settleUnlessOrdered(rpc func(context.Context) error) (*pb.StopCall, error) {
+	var order *pb.StopCall
+	err := e.w.settle(e.stream.Context(), func(ctx context.Context) error {
+		if order = e.decided(); order != nil {
+			return nil
+		}
+		return rpc(ctx)
+	})
+	return order, err
+}
+
 func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
-	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
+	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError,
 			ChildRequests: e.toward.children(), TaskResultJson: e.taskResult(res.body)})
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if order != nil {
+		e.outcome = "lost"
+		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
+		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
 	}
 	// Only this worker completes its call: a completion found already
 	// made is this one, retried after its reply was lost.
@@ -74,7 +113,7 @@ func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	if res.toolError {
 		e.outcome = "tool_error"
 	}
-	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: res.body, ErrorJson: res.rpcErr}}})
+	return e.send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Result{Result: &pb.ExecuteResult{ResultJson: res.body, ErrorJson: res.rpcErr, ToolError: &res.toolError}}})
 }
 
 func (e *execution) fail(herr error, stoppedAt time.Time) error {
@@ -87,13 +126,18 @@ func (e *execution) fail(herr error, stoppedAt time.Time) error {
 // failAs settles the call FAILED for who, unless it was settled already.
 func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) error {
 	var r *pb.FailResponse
-	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
+	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt),
 			ChildRequests: e.toward.children()})
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if order != nil {
+		e.outcome = "lost"
+		e.w.ctrl.reportStopped(e.ref.CallId, stoppedAt)
+		return e.sendEnd(order.GetState(), order.GetInitiator(), order.GetReason())
 	}
 	if r.GetResult() != pb.SettleResult_SETTLE_RESULT_WON {
 		e.outcome = "lost"
@@ -107,9 +151,8 @@ func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) er
 // abandon cancels a call the worker stopped on its own account: its caller
 // went away, its deadline passed or the worker is shutting down.
 func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time) error {
-	e.outcome = "cancelled"
 	var r *pb.CancelResponse
-	err := e.w.settle(e.stream.Context(), func(ctx context.Context) (err error) {
+	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Cancel(ctx, &pb.CancelRequest{
 			Target: &pb.CancelRequest_Call{Call: e.ref}, Initiator: who, Reason: reason, StoppedAt: timestamppb.New(stoppedAt),
 			ChildRequests: e.toward.children(),
@@ -117,8 +160,13 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 		return err
 	})
 	if err != nil {
+		e.outcome = "cancelled"
 		return err
 	}
+	if order != nil {
+		return e.endAsOrdered(order, stoppedAt)
+	}
+	e.outcome = "cancelled"
 	state := pb.CallState_CALL_STATE_CANCELLED
 	switch r.GetResult() {
 	case pb.CancelResult_CANCEL_RESULT_CANCELLED:

@@ -3010,8 +3010,11 @@ func (x *CloseSessionRequest) GetReason() string {
 }
 
 type CloseSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cancelled     int32                  `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Cancelled int32                  `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// The ids of the calls the close cancelled, so that the gateway closes
+	// their gates without cancelling them again.
+	CallIds       []string `protobuf:"bytes,60,rep,name=call_ids,json=callIds,proto3" json:"call_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3051,6 +3054,13 @@ func (x *CloseSessionResponse) GetCancelled() int32 {
 		return x.Cancelled
 	}
 	return 0
+}
+
+func (x *CloseSessionResponse) GetCallIds() []string {
+	if x != nil {
+		return x.CallIds
+	}
+	return nil
 }
 
 type WatchSessionNotificationsRequest struct {
@@ -3569,9 +3579,10 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"4\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"O\n" +
 	"\x14CloseSessionResponse\x12\x1c\n" +
-	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\"<\n" +
+	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\x12\x19\n" +
+	"\bcall_ids\x18< \x03(\tR\acallIds\"<\n" +
 	" WatchSessionNotificationsRequest\x12\x18\n" +
 	"\agateway\x18\x01 \x01(\tR\agateway\"x\n" +
 	"!WatchSessionNotificationsResponse\x12\x1a\n" +

@@ -995,7 +995,11 @@ type ExecuteResult struct {
 	// with instead of a result, for methods other than tools/call (a
 	// resource or prompt that does not exist). The call completes; its
 	// audit outcome is tool_error.
-	ErrorJson     []byte `protobuf:"bytes,10,opt,name=error_json,json=errorJson,proto3" json:"error_json,omitempty"`
+	ErrorJson []byte `protobuf:"bytes,10,opt,name=error_json,json=errorJson,proto3" json:"error_json,omitempty"`
+	// Whether the result is the tool's own error (a CallToolResult with
+	// isError), as the worker recorded it in the audit, so that the gateway
+	// need not decode the result to tell. Older workers leave it unset.
+	ToolError     *bool `protobuf:"varint,60,opt,name=tool_error,json=toolError,proto3,oneof" json:"tool_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1042,6 +1046,13 @@ func (x *ExecuteResult) GetErrorJson() []byte {
 		return x.ErrorJson
 	}
 	return nil
+}
+
+func (x *ExecuteResult) GetToolError() bool {
+	if x != nil && x.ToolError != nil {
+		return *x.ToolError
+	}
+	return false
 }
 
 type Cancelled struct {
@@ -1226,13 +1237,16 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"O\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x82\x01\n" +
 	"\rExecuteResult\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\fR\n" +
 	"resultJson\x12\x1d\n" +
 	"\n" +
 	"error_json\x18\n" +
-	" \x01(\fR\terrorJson\"Z\n" +
+	" \x01(\fR\terrorJson\x12\"\n" +
+	"\n" +
+	"tool_error\x18< \x01(\bH\x00R\ttoolError\x88\x01\x01B\r\n" +
+	"\v_tool_error\"Z\n" +
 	"\tCancelled\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"W\n" +
@@ -1327,6 +1341,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*AnswerRequest_ResultJson)(nil),
 		(*AnswerRequest_Error)(nil),
 	}
+	file_mcpcancel_v1_worker_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

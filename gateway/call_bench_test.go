@@ -1,0 +1,114 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+// Run: go test ./gateway -run '^$' -bench StdioCall -count 6
+// (with -cpuprofile to see where a call's CPU goes; every component runs
+// in the one process).
+//
+// BenchmarkStdioCall times a tools/call of echo through the whole system
+// (stdio client, gateway, coordinator, embedded etcd without fsync, worker),
+// so that it measures the components' own work per call rather than the
+// disk: seq is one call at a time on one connection, par16 sixteen
+// connections calling at once, as the bench's throughput run does.
+func BenchmarkStdioCall(b *testing.B) {
+	cl := etcdtest.Single(b)
+	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
+	testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, demo.Register)
+	g, _ := testcluster.StartGateway(b, coord.Client(b), gateway.Options{})
+	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a short line of text to echo back"},"_meta":{"progressToken":%d}}}`
+	b.Run("seq", func(b *testing.B) {
+		c := openBenchConn(b, g)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			c.roundTrip(b, fmt.Sprintf(call, i, i))
+		}
+	})
+	b.Run("par16", func(b *testing.B) {
+		conns := make([]*benchConn, 16)
+		for i := range conns {
+			conns[i] = openBenchConn(b, g)
+		}
+		var next, ids atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(8) // 16 goroutines on 2 cores
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			c := conns[int(next.Add(1)-1)%len(conns)]
+			for pb.Next() {
+				id := ids.Add(1)
+				c.roundTrip(b, fmt.Sprintf(call, id, id))
+			}
+		})
+	})
+}
+
+// benchConn is one stdio connection whose client sends a request and
+// reads lines until its response (skipping the gateway's pings and the
+// call's notifications).
+type benchConn struct {
+	mu  sync.Mutex // one round trip at a time
+	in  io.Writer
+	out *bufio.Reader
+}
+
+func openBenchConn(b *testing.B, g *gateway.Gateway) *benchConn {
+	b.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan struct{})
+	go func() { // owned: ends when inW is closed at cleanup
+		defer close(served)
+		g.ServeStdio(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	b.Cleanup(func() {
+		inW.Close()
+		go io.Copy(io.Discard, outR) // owned: ends when ServeStdio closes outW
+		<-served
+	})
+	c := &benchConn{in: inW, out: bufio.NewReaderSize(outR, 64<<10)}
+	c.roundTrip(b, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
+	if _, err := io.WriteString(c.in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func (c *benchConn) roundTrip(b *testing.B, req string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := io.WriteString(c.in, req+"\n"); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		line, err := c.out.ReadSlice('\n')
+		if err != nil {
+			b.Fatalf("reading the response: %v", err)
+		}
+		if bytes.Contains(line, []byte(`"result"`)) || bytes.Contains(line, []byte(`"error"`)) {
+			if bytes.Contains(line, []byte(`"isError":true`)) || bytes.Contains(line, []byte(`"error":{`)) {
+				b.Fatalf("call failed: %s", line)
+			}
+			return
+		}
+	}
+}

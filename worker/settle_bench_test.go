@@ -1,0 +1,107 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+)
+
+// Run: go test ./worker -run '^$' -bench CancelledCall -count 6
+//
+// BenchmarkCancelledCall cancels calls the way the gateway does: the
+// client's Cancel wins at the coordinator, then the gateway closes the
+// Execute stream (its fast path), racing the coordinator's stop order to
+// the worker. An op is one call, from its Begin until the worker has
+// settled it and runs no handler. cancels/call counts the Cancel RPCs the
+// coordinator answered beyond the client's own: the worker's, which the
+// decision already made are not needed.
+func BenchmarkCancelledCall(b *testing.B) {
+	cl := etcdtest.Single(b)
+	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
+	started := make(chan struct{}, 1)
+	w := testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "wait"}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	})
+	c, wc := coord.Client(b), w.Client(b)
+	before := handled(b, coord.Server.Registry(), "Cancel")
+	i := int64(0)
+	for b.Loop() {
+		i++
+		k := &pb.CallKey{Scope: "conn:bench", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: i}}}
+		bg, err := c.Begin(b.Context(), &pb.BeginRequest{Key: k, Tool: "wait"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, closeStream := context.WithCancel(b.Context())
+		if _, err := wc.Execute(ctx, &pb.ExecuteRequest{CallId: bg.CallId, Fence: bg.Fence, Tool: "wait", Worker: bg.Worker, Deadline: bg.Deadline}); err != nil {
+			b.Fatal(err)
+		}
+		<-started
+		resp, err := c.Cancel(b.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_CLIENT})
+		if err != nil || resp.GetResult() != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+			b.Fatalf("cancel: %v %v", resp, err)
+		}
+		closeStream()
+		awaitIdle(b, w)
+	}
+	extra := handled(b, coord.Server.Registry(), "Cancel") - before - float64(b.N)
+	b.ReportMetric(extra/float64(b.N), "cancels/call")
+}
+
+// handled is how many RPCs of method the coordinator answered.
+func handled(b *testing.B, reg *prometheus.Registry, method string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_handled_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "grpc_method" && l.GetValue() == method {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// awaitIdle polls until the worker runs no handler and has settled its
+// last call (the gauge drops once the settle is done), for at most a
+// minute.
+func awaitIdle(b *testing.B, w *testcluster.Worker) {
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		mfs, err := w.Registry().Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "mcpcancel_worker_calls_in_flight" && mf.GetMetric()[0].GetGauge().GetValue() == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the worker did not settle its call within a minute")
+		}
+		<-tick.C
+	}
+}
