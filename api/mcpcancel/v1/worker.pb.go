@@ -1341,7 +1341,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*AnswerRequest_ResultJson)(nil),
 		(*AnswerRequest_Error)(nil),
 	}
-	file_mcpcancel_v1_worker_proto_msgTypes[9].OneofWrappers = []any{}
+	file_mcpcancel_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
