@@ -312,6 +312,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 		return
 	}
 	var callErr bool
+	var streamLost time.Time // the SDK's first "SSE stream disconnected"
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -334,6 +335,11 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 		case ev.Event == "cancel_sent" && c != nil:
 			w.mark(func() { c.CancelSent = now })
 			wl.cancels.Add(1)
+		case ev.Event == "sdk_error" && streamLost.IsZero():
+			// The v2 SDK reports a response stream cut under it (its
+			// gateway killed) here, and leaves the call pending until its
+			// own timeout: the transport broke now, not then.
+			streamLost = now
 		case ev.Event == "error" && ev.Phase == "call" && c != nil:
 			w.mark(func() {
 				if string(ev.Code) == "-32001" && c.CancelSent.IsZero() {
@@ -348,6 +354,9 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 		w.mark(func() {
 			if len(c.Responses) == 0 && c.CancelSent.IsZero() {
 				c.Broken = time.Now()
+				if !streamLost.IsZero() && streamLost.After(c.Sent) {
+					c.Broken = streamLost
+				}
 			}
 		})
 	}
