@@ -200,14 +200,7 @@ func (c *call) settled() bool {
 // respond queues the call's one response, if the gate is still open. The
 // sink only queues: the write happens on the stream's own goroutine, with
 // a deadline, so no lock is held across it.
-func (c *call) respond(msg []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.open() {
-		c.state = answered
-		c.reply.send(msg)
-	}
-}
+func (c *call) respond(msg []byte) { c.respondOpen(msg) }
 
 // progress relays a worker's progress while the call runs. Progress not
 // yet written is replaced by the newer value: a slow client sees fewer
