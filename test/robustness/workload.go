@@ -281,6 +281,14 @@ func (s *session) call(ctx context.Context, p plan) {
 	})
 }
 
+// lostFirst says the SDK reported the call's stream cut (at lost) before
+// any answer came: both SDKs then leave the call pending until their own
+// timeout (v1 records it as a cancel, -32001), though the transport broke
+// at lost. The caller holds the wire's lock.
+func lostFirst(c *ClientCall, lost time.Time) bool {
+	return !lost.IsZero() && lost.After(c.Sent) && len(c.Responses) == 0
+}
+
 // tsCall runs one call through a TypeScript SDK client process.
 func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 	script, kind := "call2025.mjs", "ts2025"
@@ -342,7 +350,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 			streamLost = now
 		case ev.Event == "error" && ev.Phase == "call" && c != nil:
 			w.mark(func() {
-				if string(ev.Code) == "-32001" && c.CancelSent.IsZero() {
+				if string(ev.Code) == "-32001" && c.CancelSent.IsZero() && !lostFirst(c, streamLost) {
 					c.CancelSent, c.TimedOut = now, true // the SDK's own timeout cancels
 				}
 			})
@@ -354,7 +362,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 		w.mark(func() {
 			if len(c.Responses) == 0 && c.CancelSent.IsZero() {
 				c.Broken = time.Now()
-				if !streamLost.IsZero() && streamLost.After(c.Sent) {
+				if lostFirst(c, streamLost) {
 					c.Broken = streamLost
 				}
 			}
