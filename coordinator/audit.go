@@ -286,9 +286,9 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kvs[0].Key), encode(a), clientv3.WithIgnoreLease()))
 	}
-	tresp, err := s.commits.Txn(ctx).If(cmps...).Then(ops...).Commit() // the committer bounds the etcd work
+	tresp, err := s.commits.Txn(octx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return etcdErr(ctx, "record stops", err)
+		return etcdErr(octx, "record stops", err)
 	}
 	if !tresp.Succeeded && len(batch) > 1 {
 		for _, r := range batch { // something moved under us: one at a time

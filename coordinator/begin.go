@@ -194,11 +194,12 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
 	begun := encode(rec)
-	// With concurrent calls' decisions; the committer bounds the etcd work.
-	resp, err := s.commits.Txn(ctx).If(
+	resp, err := s.commits.Txn(ctx).If( // with concurrent calls' decisions
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 		// A session closed on another replica takes no new calls.

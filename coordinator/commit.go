@@ -72,12 +72,9 @@ type commitReq struct {
 	done chan struct{}
 }
 
-// Txn returns a Txn that goes to etcd in the next batch. ctx is the
-// caller's own (its RPC's), not one bounded by OpTimeout: the committer
-// bounds the etcd work, each batch by OpTimeout from when it is sent, so
-// that a decision's wait behind the batches ahead of it (a storm's) does
-// not count against it. ctx bounds how long the caller waits, in the
-// queue and for its batch.
+// Txn returns a Txn that goes to etcd in the next batch. ctx bounds only
+// the wait: once taken into a batch, the decision is committed or fails
+// with the batch, bounded by the replica's OpTimeout.
 func (c *committer) Txn(ctx context.Context) clientv3.Txn {
 	return &groupTxn{c: c, ctx: ctx, r: &commitReq{done: make(chan struct{})}}
 }
@@ -107,9 +104,8 @@ func (t *groupTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 }
 
 // Commit queues the decision and waits for its batch's answer. If ctx
-// ends first, a decision not yet taken is withdrawn, never written; one
-// in flight may still commit, so the caller reads it back, as after any
-// ambiguous failure (its batch's own OpTimeout passing, say).
+// ends first, a decision not yet taken is withdrawn; one in flight may
+// still commit, so the caller reads it back, as after any timeout.
 func (t *groupTxn) Commit() (*clientv3.TxnResponse, error) {
 	r := t.r
 	r.measure()

@@ -172,8 +172,9 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		return nil, err
 	}
 	guard, ops := s.decide(rec, kv, d, s.now(), lease)
-	// With concurrent calls' decisions; the committer bounds the etcd work.
-	resp, err := s.commits.Txn(ctx).If(guard).Then(ops...).Else(
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.commits.Txn(ctx).If(guard).Then(ops...).Else( // with concurrent calls' decisions
 		clientv3.OpGet(string(kv.Key)),
 	).Commit()
 	if err != nil {
@@ -208,7 +209,9 @@ func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 	next.CancelLost = true
 	lost := rec.audit(outcomeCancelLost, now, nil)
 	lost.Initiator, lost.Reason = d.initiator, d.reason
-	resp, err := s.commits.Txn(ctx).If( // the committer bounds the etcd work
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.commits.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
 	).Then(
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithIgnoreLease()),
