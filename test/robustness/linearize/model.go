@@ -72,6 +72,7 @@ type Input struct {
 	Key       string // scope + "|" + request id: the partition
 	ID        string // the call named (ref ops, get_id, retry_of)
 	Initiator string // cancels and Fail
+	Reason    string // cancels and Fail: the coordinator's madeBy compares it too
 }
 
 // Output is what the client got back.
@@ -89,6 +90,7 @@ type call struct {
 	ID        string // "" until learned, for a Begin whose outcome is unknown
 	State     string
 	Initiator string
+	Reason    string // the deciding operation's; janitorReason for the janitor's
 	Retry     bool
 	// Gone says retention removed the settled call's record, IndexGone
 	// its key's index entry (written at Begin, it expires first): found
@@ -209,11 +211,15 @@ func found(c call, op string) bool {
 	return !c.Gone
 }
 
+// janitorReason stands for the janitor's reasons, which no recorded
+// operation gives: an owner's Fail that finds the janitor's failure did
+// not make it, and loses.
+const janitorReason = "\x00janitor"
+
 // janitor fails the key's running call, if any.
 func janitor(s state, initiator string) state {
 	if c, ok := s.latest(); ok && c.State == Running {
-		c.State, c.Initiator = Failed, initiator
-		return s.with(len(s)-1, c)
+		return s.with(len(s)-1, decided(c, Failed, initiator, janitorReason))
 	}
 	return s
 }
@@ -241,18 +247,18 @@ func effects(s state, in Input) []state {
 		}
 	case OpCancelKey, OpCancelScope:
 		if c, ok := s.latest(); ok && c.State == Running {
-			out = append(out, s.with(len(s)-1, decided(c, Cancelled, in.Initiator)))
+			out = append(out, s.with(len(s)-1, decided(c, Cancelled, in.Initiator, in.Reason)))
 		}
 	case OpCancelRef, OpComplete, OpFail:
 		if i := s.find(in.ID); i >= 0 && s[i].State == Running {
-			out = append(out, s.with(i, decided(s[i], target(in.Op), in.Initiator)))
+			out = append(out, s.with(i, decided(s[i], target(in.Op), in.Initiator, in.Reason)))
 		}
 	}
 	return out
 }
 
-func decided(c call, st, initiator string) call {
-	c.State, c.Initiator = st, initiator
+func decided(c call, st, initiator, reason string) call {
+	c.State, c.Initiator, c.Reason = st, initiator, reason
 	return c
 }
 
@@ -315,7 +321,7 @@ func apply(s state, in Input, out Output, o Options) (state, bool) {
 			return s, false
 		}
 		c.ID = out.ID
-		return s.with(len(s)-1, decided(c, Cancelled, in.Initiator)), true
+		return s.with(len(s)-1, decided(c, Cancelled, in.Initiator, in.Reason)), true
 	}
 	return s, false
 }
@@ -342,9 +348,10 @@ func applyBegin(s state, in Input, out Output, o Options) (state, bool) {
 // call and reports the winner on a settled one.
 func decide(s state, i int, c call, kind string, in Input, out Output) (state, bool) {
 	want := lost[kind][c.State]
-	if in.Op != OpCancelKey && c.State == target(in.Op) && c.Initiator == in.Initiator {
-		// The owner's decision found made already is its own earlier
-		// attempt (whose reply was lost): it is won again.
+	if in.Op != OpCancelKey && c.State == target(in.Op) && c.Initiator == in.Initiator && c.Reason == in.Reason {
+		// The owner's decision found made already, by the same initiator
+		// for the same reason, is its own earlier attempt (whose reply
+		// was lost): it is won again.
 		want = lost[kind][Running]
 	}
 	if !found(c, in.Op) || out.Result != want {
@@ -353,7 +360,7 @@ func decide(s state, i int, c call, kind string, in Input, out Output) (state, b
 	if c.State != Running {
 		return s, true
 	}
-	return s.with(i, decided(c, target(in.Op), in.Initiator)), true
+	return s.with(i, decided(c, target(in.Op), in.Initiator, in.Reason)), true
 }
 
 func read(s state, in Input, out Output) (state, bool) {

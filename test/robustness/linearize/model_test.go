@@ -151,6 +151,19 @@ func TestModelJanitor(t *testing.T) {
 	if r, _ := Check(Options{Janitor: true}, lostByJanitor, 10*time.Second, ""); r.Result != porcupine.Ok {
 		t.Fatalf("with the janitor: %v, want Ok", r)
 	}
+	// The janitor's failure is not the owner's: the owner's own Fail with
+	// the same initiator finds it and loses (coordinator madeBy compares
+	// the reason too; the janitor's is its own). The retry shows the
+	// janitor failed it as lost, not as late.
+	ownerFailsAfterJanitor := []porcupine.Operation{begin(0, 1, "a"),
+		op(0, 2, 3, Input{Op: OpRetry, Key: k1, ID: "a"}, Output{ID: "b"}), failRef(1, 4, 5, "a", WorkerLost, RAlreadyFailed)}
+	if r, _ := Check(Options{Janitor: true}, ownerFailsAfterJanitor, 10*time.Second, ""); r.Result != porcupine.Ok {
+		t.Fatalf("the owner's Fail after the janitor's: %v, want Ok", r)
+	}
+	repeatedLoses := []porcupine.Operation{begin(0, 1, "a"), failRef(1, 2, 3, "a", WorkerLost, RWon), failRef(1, 4, 5, "a", WorkerLost, RAlreadyFailed)}
+	if r, _ := Check(Options{Janitor: true}, repeatedLoses, 10*time.Second, ""); r.Result != porcupine.Illegal {
+		t.Fatalf("the owner's repeated Fail losing to itself: %v, want Illegal", r)
+	}
 	afterCompletion := []porcupine.Operation{begin(0, 1, "a"), complete(1, 2, 3, "a", RWon), getKey(2, 4, 5, "a", Failed)}
 	if r, _ := Check(Options{Janitor: true}, afterCompletion, 10*time.Second, ""); r.Result != porcupine.Illegal {
 		t.Fatalf("a failure after completion: %v, want Illegal", r)

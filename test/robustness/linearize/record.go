@@ -135,13 +135,13 @@ func inputOf(req any) (Input, bool) {
 	case *pb.CancelRequest:
 		ini := coordinator.InitiatorName(q.GetInitiator())
 		if k := q.GetKey(); k != nil {
-			return Input{Op: OpCancelKey, Key: Key(k), Initiator: ini}, true
+			return Input{Op: OpCancelKey, Key: Key(k), Initiator: ini, Reason: q.GetReason()}, true
 		}
-		return Input{Op: OpCancelRef, ID: q.GetCall().GetCallId(), Initiator: ini}, true
+		return Input{Op: OpCancelRef, ID: q.GetCall().GetCallId(), Initiator: ini, Reason: q.GetReason()}, true
 	case *pb.CompleteRequest:
 		return Input{Op: OpComplete, ID: q.GetCall().GetCallId()}, true
 	case *pb.FailRequest:
-		return Input{Op: OpFail, ID: q.GetCall().GetCallId(), Initiator: coordinator.InitiatorName(q.GetInitiator())}, true
+		return Input{Op: OpFail, ID: q.GetCall().GetCallId(), Initiator: coordinator.InitiatorName(q.GetInitiator()), Reason: q.GetReason()}, true
 	case *pb.GetCallRequest:
 		if k := q.GetKey(); k != nil {
 			return Input{Op: OpGetKey, Key: Key(k)}, true
