@@ -171,8 +171,8 @@ func checkServer(h *History, s *ServerCall) []Violation {
 		bad(VAuditCount, "%d cancel_lost records, want at most 1", lost)
 	}
 	if !final.Settled.IsZero() && !s.Deadline.IsZero() {
-		if limit := s.Deadline.Add(h.LeaseTTL + h.Slack); final.Settled.After(limit) {
-			bad(VLate, "settled %v after its deadline (limit: lease TTL %v + slack %v)", final.Settled.Sub(s.Deadline), h.LeaseTTL, h.Slack)
+		if limit, outage := h.settleLimit(s.Deadline); final.Settled.After(limit) {
+			bad(VLate, "settled %v after its deadline (limit: lease TTL %v + slack %v + etcd outages %v)", final.Settled.Sub(s.Deadline), h.LeaseTTL, h.Slack, outage)
 		}
 	}
 	return vs

@@ -123,6 +123,10 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 		{"settled late", func(h *History) {
 			h.Server["a"].States[1].Settled = at(5000 + 3001)
 		}, VLate},
+		{"settled later than an etcd outage explains", func(h *History) {
+			h.EtcdOutages = []Outage{{From: at(6000), To: at(7000)}, {From: at(20000), To: at(30000)}}
+			h.Server["a"].States[1].Settled = at(5000 + 3000 + 1001)
+		}, VLate},
 		{"leaked key", func(h *History) { h.Leaked = []string{prefix + "calls/a"} }, VLeakedKey},
 		{"result for no call", func(h *History) { delete(h.Server, "a"); h.Listed = nil }, VResultWithoutCall},
 		{"audit listed but never stored", func(h *History) { h.Listed["zz"] = []string{"failed"} }, VListedUnknown},
@@ -199,5 +203,27 @@ func TestCheckerFlagsBadHistories(t *testing.T) {
 			}
 			t.Logf("flagged:\n%s", Report(0, vs))
 		})
+	}
+}
+
+// TestCheckerAllowsEtcdOutages: a call settled late by as long as etcd
+// could not commit after its deadline is not late; outages before the
+// deadline or after the limit give no allowance.
+func TestCheckerAllowsEtcdOutages(t *testing.T) {
+	h := goodHistory()
+	h.EtcdOutages = []Outage{{From: at(1000), To: at(4000)}, {From: at(7500), To: at(9500)}, {From: at(9900), To: at(10400)}}
+	// deadline 5000 + TTL 2000 + slack 1000 = 8000; the second outage
+	// (from 7500, 2000 long) moves it to 10000, so the third (from 9900)
+	// counts too: 10500.
+	if limit, outage := h.settleLimit(at(5000)); !limit.Equal(at(10500)) || outage != 2500*time.Millisecond {
+		t.Fatalf("limit %v (outage %v), want %v (2.5s)", limit.Sub(t0), outage, at(10500).Sub(t0))
+	}
+	h.Server["a"].States[1].Settled = at(10400)
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("violations %v, want none", vs)
+	}
+	h.Server["a"].States[1].Settled = at(10600)
+	if vs := Check(h); len(vs) != 1 || vs[0].Kind != VLate {
+		t.Fatalf("violations %v, want one %s", vs, VLate)
 	}
 }

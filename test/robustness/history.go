@@ -143,6 +143,34 @@ type History struct {
 	Listed map[string][]string
 	// Tasks is what the task clients saw (taskcheck.go).
 	Tasks []*ClientTask
+	// EtcdOutages are the spans in which etcd committed nothing
+	// (etcdprobe.go), oldest first.
+	EtcdOutages []Outage
+}
+
+// settleLimit is when a call with this deadline must have settled: a lease
+// TTL and the slack past its deadline, later by every etcd outage that
+// began before that limit (nothing is decided while etcd cannot commit).
+func (h *History) settleLimit(deadline time.Time) (limit time.Time, outage time.Duration) {
+	limit = deadline.Add(h.LeaseTTL + h.Slack)
+	for _, o := range h.EtcdOutages {
+		if !o.To.After(deadline) {
+			continue
+		}
+		if o.From.After(limit) {
+			break
+		}
+		d := o.To.Sub(later(o.From, deadline))
+		limit, outage = limit.Add(d), outage+d
+	}
+	return limit, outage
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // recorder collects client calls from many goroutines.

@@ -47,6 +47,8 @@ type Summary struct {
 	FaultSeed      int64          `json:"fault_seed"`
 	ByClient       map[string]int `json:"by_client"`
 	WorkloadTime   string         `json:"workload_time"`
+	// EtcdOutage is how long, in all, etcd committed nothing (etcdprobe.go).
+	EtcdOutage string `json:"etcd_outage"`
 	// Linearizability is the model check of the operator's history.
 	Linearizability linSummary  `json:"linearizability"`
 	Tasks           taskSummary `json:"tasks"`
@@ -84,6 +86,11 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	watchDone := make(chan error, 1)
 	go func() { watchDone <- co.run(watchCtx, c.Etcd) }()
 	defer func() { stopWatch(); <-watchDone }()
+	var probe etcdProbe
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() { defer close(probeDone); probe.run(probeCtx, c.Etcd) }()
+	defer func() { stopProbe(); <-probeDone }()
 
 	wl := &Workload{c: c, seed: o.Seed, nodeDir: o.NodeDir, tokens: 200000,
 		http: &http.Transport{MaxIdleConnsPerHost: 64}, taskLoops: o.Tasks}
@@ -126,6 +133,12 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	stopProbe()
+	<-probeDone
+	h.EtcdOutages = probe.Outages()
+	for _, out := range h.EtcdOutages {
+		o.Log("etcd committed nothing from %s for %v", out.From.Format("15:04:05.000"), out.To.Sub(out.From).Round(time.Millisecond))
+	}
 	vs := Check(h)
 	lin, err := op.check(h.Server, o.Dir)
 	if err != nil {
@@ -143,6 +156,11 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 		CheckTime: lin.Took.String(), Result: string(lin.Result)}
 	s.FaultSeed = o.FaultSeed
 	s.WorkloadTime = elapsed.Round(time.Second).String()
+	var down time.Duration
+	for _, out := range h.EtcdOutages {
+		down += out.To.Sub(out.From)
+	}
+	s.EtcdOutage = down.Round(time.Millisecond).String()
 	if f := in.Failures(); len(f) > 0 {
 		return s, vs, fmt.Errorf("%d faults did not recover: %v", len(f), f)
 	}
