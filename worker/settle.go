@@ -18,6 +18,13 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 )
 
+// ReasonCallerGone is the reason of the cancellation a worker records
+// when its gateway's Execute stream ends before the handler returned:
+// initiated as DISCONNECT, but by the worker, not by the client's leaving
+// (the link between gateway and worker may have broken while the client
+// still waits; the gateway then answers it with an error).
+const ReasonCallerGone = "caller gone"
+
 // finish settles the call with the coordinator and sends the one final
 // event the outcome allows.
 func (e *execution) finish(ctx context.Context, res *answer, herr error, stoppedAt time.Time) error {
@@ -39,7 +46,7 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 	case order != nil:
 		return e.endAsOrdered(order, stoppedAt)
 	case e.stream.Context().Err() != nil && !e.task:
-		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, "caller gone", stoppedAt)
+		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, ReasonCallerGone, stoppedAt)
 	case errors.Is(cause, errShutdown):
 		return e.abandon(pb.Initiator_INITIATOR_SHUTDOWN, "worker shutting down", stoppedAt)
 	case errors.Is(cause, context.DeadlineExceeded):

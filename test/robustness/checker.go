@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/mcpcancel/mcpcancel/worker"
 )
 
 // Violation is one broken promise, with the history that shows it.
@@ -274,10 +276,12 @@ func checkClient(c *ClientCall, s *ServerCall) []Violation {
 	case stCancelled:
 		// The client's own cancel (or its going away) is never answered;
 		// a cancel by anyone else is answered with an error. "disconnect"
-		// is the client's going away only if it did go: a worker whose
-		// link to the gateway broke cancels as "disconnect" (caller gone)
-		// while the client still waits.
-		byClient := final.Initiator == "client" || (final.Initiator == "disconnect" && !c.ownEnd().IsZero())
+		// is the client's going away only if it did go, and only if the
+		// gateway recorded it: a worker whose link to the gateway broke
+		// cancels as "disconnect" (caller gone) while the client still
+		// waits, or while its own leaving is still on the way.
+		byClient := final.Initiator == "client" ||
+			(final.Initiator == "disconnect" && !c.ownEnd().IsZero() && final.Reason != worker.ReasonCallerGone)
 		switch {
 		case resp == nil:
 		case byClient && final.Initiator == "disconnect" && lostBegin(resp) && resp.At.Before(c.ownEnd()):

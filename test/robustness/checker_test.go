@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/mcpcancel/mcpcancel/worker"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -225,5 +227,27 @@ func TestCheckerAllowsEtcdOutages(t *testing.T) {
 	h.Server["a"].States[1].Settled = at(10600)
 	if vs := Check(h); len(vs) != 1 || vs[0].Kind != VLate {
 		t.Fatalf("violations %v, want one %s", vs, VLate)
+	}
+}
+
+// TestCheckerCallerGoneIsNotTheClients: a worker that lost its gateway's
+// stream cancels as "disconnect" (caller gone). When that wins while the
+// client's own leaving is still on the way, the gateway answers with an
+// error, which is right; the same answer to a disconnect the gateway
+// recorded is a response after the client's cancel.
+func TestCheckerCallerGoneIsNotTheClients(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		want   int
+	}{{worker.ReasonCallerGone, 0}, {"the client closed its session", 1}} {
+		h := goodHistory()
+		c, s := h.Client[1], h.Server["b"]
+		c.CancelSent, c.Disconnect = time.Time{}, at(40)
+		c.Responses = []Response{{At: at(60), Kind: "error_result", Text: "the call was cancelled because its connection closed (caller gone)"}}
+		s.States[1].Initiator, s.States[1].Reason, s.Audits[0].Initiator = "disconnect", tc.reason, "disconnect"
+		vs := Check(h)
+		if len(vs) != tc.want || tc.want == 1 && vs[0].Kind != VResponseAfterCancel {
+			t.Errorf("reason %q: violations %v, want %d %s", tc.reason, vs, tc.want, VResponseAfterCancel)
+		}
 	}
 }

@@ -36,6 +36,7 @@ type storedCall struct {
 	Gateway     string          `json:"gateway"`
 	State       string          `json:"state"`
 	Initiator   string          `json:"initiator"`
+	Reason      string          `json:"reason"`
 	RequestedAt time.Time       `json:"requested_at"`
 	Deadline    time.Time       `json:"deadline"`
 	SettledAt   time.Time       `json:"settled_at"`
@@ -89,7 +90,7 @@ func (co *collector) put(key string, val []byte, rev int64, seen time.Time) {
 			s.Task, s.TaskTTL = true, time.Duration(r.Task.TTLMs)*time.Millisecond
 		}
 		if n := len(s.States); n == 0 || s.States[n-1].State != r.State {
-			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Settled: r.SettledAt, Revision: rev, Seen: seen})
+			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Reason: r.Reason, Settled: r.SettledAt, Revision: rev, Seen: seen})
 		}
 	case strings.HasPrefix(rest, "task-results/"):
 		co.callLocked(strings.TrimPrefix(rest, "task-results/")).ResultStored = true

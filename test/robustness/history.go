@@ -80,6 +80,7 @@ type ServerCall struct {
 type StateChange struct {
 	State     string    `json:"state"`
 	Initiator string    `json:"initiator,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
 	Settled   time.Time `json:"settled_at,omitzero"`
 	Revision  int64     `json:"revision"`
 	// Seen is when the harness's watch delivered it: after its commit.
