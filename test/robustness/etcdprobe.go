@@ -45,7 +45,9 @@ func (p *etcdProbe) run(ctx context.Context, cli *clientv3.Client) {
 		case <-tick.C:
 		}
 		wctx, cancel := context.WithTimeout(ctx, probeGap)
-		_, err := cli.Put(wctx, "/robustness/probe", time.Now().Format(time.RFC3339Nano))
+		// Under the watched prefix (the collector ignores the key): the
+		// watch then sees every revision, so "caught up" can be told.
+		_, err := cli.Put(wctx, prefix+"robustness-probe", time.Now().Format(time.RFC3339Nano))
 		cancel()
 		if err == nil {
 			now := time.Now()
