@@ -62,6 +62,8 @@ type note struct {
 	Method   string          `json:"method,omitempty"`
 	Params   json.RawMessage `json:"params,omitempty"`
 	Ended    string          `json:"ended,omitempty"`
+	// RequestID makes it a request toward the session (Worker.AskSession).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // noteWatchers are the gateways' WatchSessionNotifications streams on this
@@ -141,7 +143,7 @@ func (s *Server) watchNotes(ctx context.Context) error {
 			return
 		}
 		if len(n.Sessions) > 0 {
-			s.notes.send(&pb.WatchSessionNotificationsResponse{Sessions: n.Sessions, Method: n.Method, ParamsJson: n.Params})
+			s.notes.send(&pb.WatchSessionNotificationsResponse{Sessions: n.Sessions, Method: n.Method, ParamsJson: n.Params, RequestId: n.RequestID})
 		}
 	})
 }
@@ -172,20 +174,44 @@ func (s *Server) workerNotification(ctx context.Context, a *attachment, n *pb.Se
 	}
 	var sessions []string
 	var err error
+	reqID := n.GetRequestId()
 	switch n.GetMethod() {
 	case "notifications/message", "notifications/elicitation/complete": // for the session named alone
-		if validateSessionScope(n.GetSession()) == nil {
+		if validateSessionScope(n.GetSession()) == nil && reqID == "" {
+			sessions = []string{n.GetSession()}
+		}
+	case "roots/list", "sampling/createMessage", "elicitation/create":
+		// A request toward the session, under an id naming this worker:
+		// the answer goes to it, and no worker can pose as another.
+		if validateSessionScope(n.GetSession()) == nil && ownSessionRequest(reqID, a.worker) {
+			sessions = []string{n.GetSession()}
+		}
+	case "notifications/cancelled":
+		// The worker gave up a request it sent the session.
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		json.Unmarshal(n.GetParamsJson(), &p)
+		if validateSessionScope(n.GetSession()) == nil && reqID == "" && ownSessionRequest(p.RequestID, a.worker) {
 			sessions = []string{n.GetSession()}
 		}
 	case "notifications/resources/updated":
-		sessions, err = s.updatedSessions(ctx, n)
+		if reqID == "" {
+			sessions, err = s.updatedSessions(ctx, n)
+		}
 	}
 	if err == nil && len(sessions) > 0 {
-		err = s.publish(ctx, &note{Sessions: sessions, Method: n.GetMethod(), Params: n.GetParamsJson()})
+		err = s.publish(ctx, &note{Sessions: sessions, Method: n.GetMethod(), Params: n.GetParamsJson(), RequestID: reqID})
 	}
 	if err != nil {
 		s.log.Warn("dropping a session notification", "worker", a.worker, "method", n.GetMethod(), "err", err)
 	}
+}
+
+// ownSessionRequest says whether id is a session request id of worker's.
+func ownSessionRequest(id, worker string) bool {
+	w, _, ok := client.ParseSessionRequestID(id)
+	return ok && w == worker && len(id) <= MaxRequestIDBytes
 }
 
 // updatedSessions are the sessions a resource update is for: the one it

@@ -3,7 +3,9 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +143,63 @@ func TestSessionNotificationsAcrossReplicas(t *testing.T) {
 func jsonHas(b []byte, key string, want any) bool {
 	var m map[string]any
 	return json.Unmarshal(b, &m) == nil && m[key] == want
+}
+
+// TestSessionRequestsNameTheirWorker: a worker's request toward a session
+// outside any call reaches the gateways with its id, which names that
+// worker; a cancellation of a request naming another worker is dropped,
+// so no worker can pose as another, and its own goes through.
+func TestSessionRequestsNameTheirWorker(t *testing.T) {
+	e := newEnv(t, envOptions{replicas: 2, workerTo: []int{1}})
+	wctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	watch, err := e.c.WatchSessionNotifications(wctx, &pb.WatchSessionNotificationsRequest{Gateway: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *pb.WatchSessionNotificationsResponse, 64)
+	go func() { // ends when the watch is cancelled, below
+		defer close(got)
+		for {
+			m, err := watch.Recv()
+			if err != nil {
+				return
+			}
+			got <- m
+		}
+	}()
+	const s = "session:asked-xxxxxxxxxxxxxxxx"
+	askCtx, giveUp := context.WithCancel(t.Context())
+	asked := make(chan error, 1)
+	go func() { // owned: ends when giveUp is called below
+		_, err := e.w.AskSession(askCtx, s, "roots/list", map[string]any{})
+		asked <- err
+	}()
+	var req *pb.WatchSessionNotificationsResponse
+	select {
+	case req = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session request did not reach the gateway's watch")
+	}
+	if req.GetMethod() != "roots/list" || !slices.Equal(req.GetSessions(), []string{s}) ||
+		!strings.HasSuffix(req.GetRequestId(), "."+e.w.Name()) {
+		t.Fatalf("request %v; want roots/list for %s under an id naming %s", req, s, e.w.Name())
+	}
+	forged := strings.TrimSuffix(req.GetRequestId(), e.w.Name()) + "another-worker"
+	e.w.NotifySession(s, "notifications/cancelled", map[string]string{"requestId": forged})
+	giveUp()
+	if err := <-asked; !errors.Is(err, context.Canceled) {
+		t.Fatalf("AskSession = %v, want it given up", err)
+	}
+	select {
+	case m := <-got:
+		if m.GetMethod() != "notifications/cancelled" || !jsonHas(m.GetParamsJson(), "requestId", req.GetRequestId()) {
+			t.Fatalf("after the forged cancellation and the real one, the gateway heard %v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker's own cancellation did not reach the gateway's watch")
+	}
+	cancel()
+	for range got {
+	}
 }

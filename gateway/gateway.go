@@ -111,6 +111,7 @@ type Gateway struct {
 	toolsCh  chan struct{} // closed when the tool list first arrives
 
 	taskRuns sync.WaitGroup // the streams of tasks begun here (tasks.go)
+	refusals sync.WaitGroup // session requests refused for clients (asksession.go)
 }
 
 // outboxLimit is how many bytes may wait for one client stream.
@@ -362,6 +363,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.stop()
 	g.taskRuns.Wait() // their streams end with g.base; their tasks go on
+	g.refusals.Wait() // they end with g.base
 	g.mu.Lock()
 	for addr, c := range g.workers {
 		c.Close()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -215,7 +216,8 @@ func (s *session) isOutbound(id jsonrpc.ID) bool {
 	_, ok := s.toward[id.Key()]
 	s.mu.Unlock()
 	_, _, ours := parseOutboundID(id)
-	return ok || ours
+	_, _, asked := client.ParseSessionRequestID(id.Str())
+	return ok || ours || id.IsString() && asked
 }
 
 // clientRequestEnded handles the worker's word that a request ended. A
@@ -274,6 +276,9 @@ func (s *session) answered(m *jsonrpc.Message) {
 		s.deliver(o.wc, o.callID, o.seq, m)
 		return
 	}
+	if m.ID.IsString() && s.answerSession(m.ID.Str(), m) { // asksession.go
+		return
+	}
 	callID, seq, ok := parseOutboundID(m.ID)
 	if !ok || !s.remoteCalls() {
 		return // not ours, or no other replica can hold the call
@@ -322,7 +327,22 @@ func (s *session) remoteWorker(callID string) pb.WorkerServiceClient {
 // deliver hands an answer to the worker; it reports whether the handler
 // took it.
 func (s *session) deliver(wc pb.WorkerServiceClient, callID string, seq int64, m *jsonrpc.Message) bool {
-	req := &pb.AnswerRequest{CallId: callID, Scope: s.scope, Seq: seq}
+	req := answerRequest(m)
+	req.CallId, req.Scope, req.Seq = callID, s.scope, seq
+	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
+	defer cancel()
+	resp, err := wc.Answer(ctx, req)
+	if err != nil {
+		s.g.log.Warn("could not deliver a client's answer to its worker", "scope", s.scope, "call", callID, "err", err)
+		return false
+	}
+	return resp.GetAccepted()
+}
+
+// answerRequest carries a client's answer, a result or an error, to a
+// worker.
+func answerRequest(m *jsonrpc.Message) *pb.AnswerRequest {
+	req := &pb.AnswerRequest{}
 	if m.Error != nil {
 		req.Answer = &pb.AnswerRequest_Error{Error: &pb.ClientError{Code: int64(m.Error.Code), Message: m.Error.Message, DataJson: m.Error.Data}}
 	} else {
@@ -332,14 +352,7 @@ func (s *session) deliver(wc pb.WorkerServiceClient, callID string, seq int64, m
 		}
 		req.Answer = &pb.AnswerRequest_ResultJson{ResultJson: result}
 	}
-	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
-	defer cancel()
-	resp, err := wc.Answer(ctx, req)
-	if err != nil {
-		s.g.log.Warn("could not deliver a client's answer to its worker", "scope", s.scope, "call", callID, "err", err)
-		return false
-	}
-	return resp.GetAccepted()
+	return req
 }
 
 // initializeCapabilities returns the capabilities an initialize request

@@ -74,6 +74,12 @@ func (g *Gateway) deliverNotification(m *pb.WatchSessionNotificationsResponse) {
 		}
 	}
 	g.mu.Unlock()
+	if id := m.GetRequestId(); id != "" {
+		for _, s := range ss {
+			s.askSession(m.GetMethod(), id, params) // asksession.go
+		}
+		return
+	}
 	msg := jsonrpc.Notification(m.GetMethod(), params)
 	for _, s := range ss {
 		if s.isModern() && !updated {

@@ -406,6 +406,12 @@ func (e *execution) sendRunning(m *pb.ExecuteResponse) bool {
 // Answer implements WorkerService.Answer: the client's answer to a
 // request toward it, from any gateway replica.
 func (w *Worker) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerResponse, error) {
+	if req.GetAnswer() == nil {
+		return nil, status.Error(codes.InvalidArgument, "an answer needs a result or an error")
+	}
+	if req.GetSessionRequest() != "" {
+		return w.answerSession(req), nil // asksession.go
+	}
 	w.mu.Lock()
 	e := w.calls[req.GetCallId()]
 	w.mu.Unlock()

@@ -115,6 +115,7 @@ type Worker struct {
 	ctrl     *control
 	hooks    sessionHooks
 	elicited elicitations // URL elicitations' sessions, for CompleteElicitation
+	asks     sessionAsks  // requests toward sessions outside any call (asksession.go)
 	metrics  *metrics
 	conn     *dial.Conn // redialled when found half-dead (see redial)
 	coord    pb.CoordinatorServiceClient

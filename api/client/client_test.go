@@ -74,3 +74,17 @@ func Example() {
 	fmt.Println(client.Is(err, client.ErrUnknownCall), errors.Is(client.Decode(err), client.ErrNoCapacity))
 	// Output: true false
 }
+
+// A session request id names its worker and token, and only ids of that
+// shape parse: a call's outbound id, or one with a part missing, does not.
+func TestSessionRequestID(t *testing.T) {
+	id := client.SessionRequestID("w1-g0.pod", "00ff")
+	if w, tok, ok := client.ParseSessionRequestID(id); !ok || w != "w1-g0.pod" || tok != "00ff" {
+		t.Fatalf("ParseSessionRequestID(%q) = %q, %q, %v", id, w, tok, ok)
+	}
+	for _, bad := range []string{"", "mcpcancel-0123456789abcdef0123456789abcdef-1", "mcpcancel-session.", "mcpcancel-session.00ff", "mcpcancel-session..w1", "mcpcancel-session.00ff."} {
+		if _, _, ok := client.ParseSessionRequestID(bad); ok {
+			t.Errorf("ParseSessionRequestID(%q) parsed", bad)
+		}
+	}
+}

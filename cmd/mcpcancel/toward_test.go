@@ -183,3 +183,53 @@ func devFrontingEverything(t *testing.T) string {
 	p.waitLine(t, "coordinator: ")
 	return p.waitLine(t, "mcp: ")
 }
+
+// TestDevUpstreamRootsOutsideAnyCall: server-everything asks its client
+// for roots/list 350 ms after initialize, when the call that opened the
+// client's upstream session (a quick echo) has ended. The request is the
+// client's all the same (its upstream session is its own): the adapter
+// asks the client session itself, the gateway issues it on the client's
+// GET stream under an id naming the worker, and the client's answer goes
+// back to the server, which logs how many roots it got, to that client.
+func TestDevUpstreamRootsOutsideAnyCall(t *testing.T) {
+	url := devFrontingEverything(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", "echo", "--args", `{"message":"hi"}`, "--no-wire",
+		"--roots", `[{"uri":"file:///srv/project","name":"project"}]`, "--until-log", "Roots updated")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("toward2025.mjs: %v\n%s", err, out)
+	}
+	var resultAt, rootsAt = -1, -1
+	var rootsID string
+	var seen bool
+	for i, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+		var e struct {
+			Event     string
+			RequestID any
+			Seen      bool
+		}
+		json.Unmarshal(line, &e)
+		switch e.Event {
+		case "result":
+			resultAt = i
+		case "roots_request":
+			rootsAt, rootsID = i, fmt.Sprint(e.RequestID)
+		case "until_log":
+			seen = e.Seen
+		}
+	}
+	if resultAt < 0 || rootsAt < resultAt {
+		t.Fatalf("want the echo's result, then the roots/list request outside it\n%s", out)
+	}
+	if !strings.HasPrefix(rootsID, "mcpcancel-session.") {
+		t.Errorf("roots/list came under id %q, want the gateway's session request id", rootsID)
+	}
+	if !seen {
+		t.Errorf("the server never logged that it got the client's roots\n%s", out)
+	}
+	if !bytes.Contains(out, []byte("Roots updated: 1 root(s) received from client")) {
+		t.Errorf("the server's log does not count the client's one root\n%s", out)
+	}
+}

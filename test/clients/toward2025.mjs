@@ -10,7 +10,8 @@ import {
     CallToolResultSchema,
     CreateMessageRequestSchema,
     ElicitRequestSchema,
-    ListRootsRequestSchema
+    ListRootsRequestSchema,
+    LoggingMessageNotificationSchema
 } from '@modelcontextprotocol/sdk/types.js';
 
 import { CallTracker, emit, errorInfo, makeWireFetch, parseArgs, sleep, splitCommand, tapStdioTransport } from './lib.mjs';
@@ -22,6 +23,7 @@ const USAGE = `usage: node toward2025.mjs (--url URL | --stdio 'CMD ARGS') --too
   --roots JSON              answer roots/list with these roots (default [])
   --cancel-on-sampling      abort the call when its sampling request arrives; never answer it
   --linger-ms N             after an abort, keep listening N ms for late messages (default 1000)
+  --until-log TEXT          after the call, keep listening until a log holding TEXT arrives (at most 30 s)
   --no-wire                 do not print wire events`;
 
 const opts = parseArgs(process.argv.slice(2), USAGE);
@@ -76,6 +78,14 @@ client.setRequestHandler(ListRootsRequestSchema, async (req, extra) => {
     emit({ event: 'roots_request', requestId: extra.requestId });
     return { roots };
 });
+const untilLog = opts['until-log'];
+let sawLog;
+const logSeen = new Promise((resolve) => { sawLog = resolve; });
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+    const data = JSON.stringify(n.params.data);
+    emit({ event: 'log', level: n.params.level, data: n.params.data });
+    if (untilLog && data.includes(untilLog)) sawLog(true);
+});
 
 emit({ event: 'start', sdk: '@modelcontextprotocol/sdk@1.32.2', transport: opts.url ? 'http' : 'stdio', target: opts.url ?? opts.stdio });
 let exitCode = 0;
@@ -91,6 +101,10 @@ try {
             emit({ event: 'error', phase: 'call', ...errorInfo(e) });
             exitCode = 1;
         }
+    }
+    if (untilLog) {
+        const seen = await Promise.race([logSeen, sleep(30000).then(() => false)]); // a bound, not a wait for anything
+        emit({ event: 'until_log', seen });
     }
     if (cancelled) {
         await sleep(opts.lingerMs);

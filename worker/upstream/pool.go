@@ -211,7 +211,7 @@ func (p *pool) dial(cc *clientConn) {
 	p.mu.Lock()
 	ctx := p.ctx
 	p.mu.Unlock()
-	c, err := p.a.dial(ctx, p.a.newClient(clientOptions(p.a, cc.key)), false)
+	c, err := p.a.dial(ctx, p.a.newClient(clientOptions(p.a, cc.key), cc.key), false)
 	p.mu.Lock()
 	stale := false
 	switch {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,12 +22,19 @@ import (
 // (notifications/cancelled), the SDK ends the request's context, the call
 // withdraws its request and the gateway cancels it at the client.
 //
-// One upstream session serves every call, and stdio carries no relation
-// between a server's request and the call it serves. A request is
-// therefore related to the call in flight when exactly one is; with none
-// (roots/list after initialize) or several, the server is answered with
-// an error and its call sees that. Per-client upstream sessions would
-// relate every request; until then this is the defined behaviour.
+// Stdio carries no relation between a server's request and the call it
+// serves. A request is therefore related to the call in flight on its
+// upstream session when exactly one is. Otherwise, on an upstream session
+// kept for one client session (per-client mode), the request is still
+// that client's: with no call in flight (roots/list after initialize) or
+// several, it is asked of the client session itself, outside any call
+// (Worker.AskSession), on its GET stream or stdout. On the shared
+// session, such a request has no defined client and the server is
+// answered with an error.
+
+// sessionAskTimeout bounds a request asked of a client session outside
+// any call: nothing answers one whose client opened no GET stream.
+const sessionAskTimeout = 30 * time.Second
 
 // errNoCall is what the server hears for a request no call can answer.
 const (
@@ -93,9 +101,17 @@ func (f *inflight) only(s *mcp.ClientSession) (*worker.Call, context.Context, in
 	return one, ctx, 1
 }
 
-// relayToClient is the client session's receiving middleware: requests
-// toward the client go to the call's client; everything else to the SDK.
-func (a *Adapter) relayToClient(next mcp.MethodHandler) mcp.MethodHandler {
+// relayToClient is the receiving middleware of the upstream session kept
+// for client session key ("" for the shared one): requests toward the
+// client go to the call's client, or to the client session itself;
+// everything else to the SDK.
+func (a *Adapter) relayToClient(key string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return a.relayFor(key, next)
+	}
+}
+
+func (a *Adapter) relayFor(key string, next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		var result mcp.Result
 		switch method {
@@ -108,7 +124,7 @@ func (a *Adapter) relayToClient(next mcp.MethodHandler) mcp.MethodHandler {
 		default:
 			return next(ctx, method, req)
 		}
-		raw, err := a.askClient(ctx, method, req)
+		raw, err := a.askClient(ctx, key, method, req)
 		if err != nil {
 			return nil, err
 		}
@@ -119,11 +135,50 @@ func (a *Adapter) relayToClient(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// askSession asks the client session key a server request outside any
+// call. It ends when the server cancels it (ctx) or after
+// sessionAskTimeout.
+func (a *Adapter) askSession(ctx context.Context, key, method string, req mcp.Request) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, sessionAskTimeout)
+	defer cancel()
+	raw, err := a.w.AskSession(ctx, key, method, wireParams(req))
+	return raw, answerError(err)
+}
+
+// wireParams are a server request's params as they go on the wire.
+func wireParams(req mcp.Request) any {
+	if p, ok := req.GetParams().(*mcp.ElicitParams); ok && p.Mode == "" {
+		p.Mode = "form" // the SDK's zero value; on the wire, a form request
+	}
+	return req.GetParams()
+}
+
+// answerError is what the server hears for a request the client did not
+// answer with a result.
+func answerError(err error) error {
+	var ce *worker.ClientError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return &jsonrpc.Error{Code: ce.Code, Message: ce.Message, Data: ce.Data}
+	case errors.Is(err, worker.ErrNotDeclared):
+		return &jsonrpc.Error{Code: codeNotAsked, Message: "the client did not declare the capability this request needs"}
+	default:
+		return &jsonrpc.Error{Code: codeNoCall, Message: "the request was not answered: " + err.Error()}
+	}
+}
+
 // askClient relays one server request to its call's client. It ends when
 // the server cancels it (ctx) or the call ends.
-func (a *Adapter) askClient(ctx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
+func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Request) (json.RawMessage, error) {
 	s, _ := req.GetSession().(*mcp.ClientSession)
 	c, callCtx, n := a.calls.only(s)
+	if c == nil && key != "" {
+		// The upstream session is this client's alone: the request is the
+		// client's, whichever of its calls (if any) it serves.
+		return a.askSession(ctx, key, method, req)
+	}
 	if c == nil {
 		msg := "no call is in flight to relate this request to"
 		if n > 1 {
@@ -132,10 +187,7 @@ func (a *Adapter) askClient(ctx context.Context, method string, req mcp.Request)
 		a.log.Info("refusing a server request toward the client", "method", method, "reason", msg)
 		return nil, &jsonrpc.Error{Code: codeNoCall, Message: msg}
 	}
-	if p, ok := req.GetParams().(*mcp.ElicitParams); ok && p.Mode == "" {
-		p.Mode = "form" // the SDK's zero value; on the wire, a form request
-	}
-	params, err := json.Marshal(req.GetParams())
+	params, err := json.Marshal(wireParams(req))
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
@@ -143,15 +195,5 @@ func (a *Adapter) askClient(ctx context.Context, method string, req mcp.Request)
 	defer context.AfterFunc(callCtx, cancel)()
 	defer cancel()
 	raw, err := c.Request(ctx, method, params)
-	var ce *worker.ClientError
-	switch {
-	case err == nil:
-		return raw, nil
-	case errors.As(err, &ce):
-		return nil, &jsonrpc.Error{Code: ce.Code, Message: ce.Message, Data: ce.Data}
-	case errors.Is(err, worker.ErrNotDeclared):
-		return nil, &jsonrpc.Error{Code: codeNotAsked, Message: "the client did not declare the capability this request needs"}
-	default:
-		return nil, &jsonrpc.Error{Code: codeNoCall, Message: "the request was not answered: " + err.Error()}
-	}
+	return raw, answerError(err)
 }

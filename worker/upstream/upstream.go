@@ -215,7 +215,7 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 	opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { poke(refresh) }
 	opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { poke(refreshOffers) }
 	opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { poke(refreshOffers) }
-	conn, err := a.dial(ctx, a.newClient(opts), true)
+	conn, err := a.dial(ctx, a.newClient(opts, ""), true)
 	if err != nil {
 		return err
 	}
@@ -253,9 +253,9 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 // ProgressNotificationHandler: the SDK would deliver progress on a
 // goroutine of its own, after the result it preceded. The transport relays
 // it in wire order instead (inWireOrder, tapProgress).
-func (a *Adapter) newClient(opts *mcp.ClientOptions) *mcp.Client {
+func (a *Adapter) newClient(opts *mcp.ClientOptions, key string) *mcp.Client {
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
-	client.AddReceivingMiddleware(a.relayToClient) // requests toward the client (toward.go)
+	client.AddReceivingMiddleware(a.relayToClient(key)) // requests toward the client (toward.go)
 	return client
 }
 

@@ -1525,7 +1525,12 @@ type SessionNotification struct {
 	// notifications/message or notifications/resources/updated.
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
 	// The notification's params, a JSON object.
-	ParamsJson    []byte `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	ParamsJson []byte `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// When set, a request toward the session outside any call (roots/list,
+	// sampling/createMessage, elicitation/create: Worker.AskSession) under
+	// this JSON-RPC id, which names the asking worker; the client's answer
+	// goes to that worker with WorkerService.Answer.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1579,6 +1584,13 @@ func (x *SessionNotification) GetParamsJson() []byte {
 		return x.ParamsJson
 	}
 	return nil
+}
+
+func (x *SessionNotification) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // SessionEnded says a client session ended (DELETE, stdio EOF, closed by
@@ -3111,9 +3123,12 @@ func (x *WatchSessionNotificationsRequest) GetGateway() string {
 type WatchSessionNotificationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The sessions (scopes) to deliver the notification to.
-	Sessions      []string `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	Method        string   `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
-	ParamsJson    []byte   `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	Sessions   []string `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Method     string   `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	ParamsJson []byte   `protobuf:"bytes,3,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// A request toward the session, not a notification, when set
+	// (SessionNotification.request_id).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3167,6 +3182,13 @@ func (x *WatchSessionNotificationsResponse) GetParamsJson() []byte {
 		return x.ParamsJson
 	}
 	return nil
+}
+
+func (x *WatchSessionNotificationsResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type SubscribeResourceRequest struct {
@@ -3477,12 +3499,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12A\n" +
 	"\rsession_ended\x182 \x01(\v2\x1a.mcpcancel.v1.SessionEndedH\x00R\fsessionEndedB\x05\n" +
-	"\x03msg\"h\n" +
+	"\x03msg\"\x87\x01\n" +
 	"\x13SessionNotification\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\x03 \x01(\fR\n" +
-	"paramsJson\"(\n" +
+	"paramsJson\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"(\n" +
 	"\fSessionEnded\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\"\x90\x02\n" +
 	"\bAttached\x12\x19\n" +
@@ -3584,12 +3608,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\tcancelled\x18\x01 \x01(\x05R\tcancelled\x12\x19\n" +
 	"\bcall_ids\x18< \x03(\tR\acallIds\"<\n" +
 	" WatchSessionNotificationsRequest\x12\x18\n" +
-	"\agateway\x18\x01 \x01(\tR\agateway\"x\n" +
+	"\agateway\x18\x01 \x01(\tR\agateway\"\x97\x01\n" +
 	"!WatchSessionNotificationsResponse\x12\x1a\n" +
 	"\bsessions\x18\x01 \x03(\tR\bsessions\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\x03 \x01(\fR\n" +
-	"paramsJson\"\x86\x01\n" +
+	"paramsJson\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\x86\x01\n" +
 	"\x18SubscribeResourceRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x10\n" +

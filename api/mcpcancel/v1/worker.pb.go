@@ -656,9 +656,12 @@ type AnswerRequest struct {
 	//
 	//	*AnswerRequest_ResultJson
 	//	*AnswerRequest_Error
-	Answer        isAnswerRequest_Answer `protobuf_oneof:"answer"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Answer isAnswerRequest_Answer `protobuf_oneof:"answer"`
+	// The token of a request the worker sent the session outside any call
+	// (Worker.AskSession); call_id and seq are then empty.
+	SessionRequest string `protobuf:"bytes,6,opt,name=session_request,json=sessionRequest,proto3" json:"session_request,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AnswerRequest) Reset() {
@@ -735,6 +738,13 @@ func (x *AnswerRequest) GetError() *ClientError {
 		}
 	}
 	return nil
+}
+
+func (x *AnswerRequest) GetSessionRequest() string {
+	if x != nil {
+		return x.SessionRequest
+	}
+	return ""
 }
 
 type isAnswerRequest_Answer interface {
@@ -1214,14 +1224,15 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x10ClientRequestEnd\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12<\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\".mcpcancel.v1.ClientRequestOutcomeR\aoutcome\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb0\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd9\x01\n" +
 	"\rAnswerRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12!\n" +
 	"\vresult_json\x18\x04 \x01(\fH\x00R\n" +
 	"resultJson\x121\n" +
-	"\x05error\x18\x05 \x01(\v2\x19.mcpcancel.v1.ClientErrorH\x00R\x05errorB\b\n" +
+	"\x05error\x18\x05 \x01(\v2\x19.mcpcancel.v1.ClientErrorH\x00R\x05error\x12'\n" +
+	"\x0fsession_request\x18\x06 \x01(\tR\x0esessionRequestB\b\n" +
 	"\x06answer\"X\n" +
 	"\vClientError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x03R\x04code\x12\x18\n" +
