@@ -169,6 +169,16 @@ func TestSessionRequestsNameTheirWorker(t *testing.T) {
 		}
 	}()
 	const s = "session:asked-xxxxxxxxxxxxxxxx"
+	// The watch may not be registered yet: send a log until it is heard.
+	testcluster.WaitFor(t, "a log at the gateway's watch", func() bool {
+		e.w.NotifySession(s, "notifications/message", map[string]any{"level": "info", "data": "warm-up"})
+		select {
+		case <-got:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
 	askCtx, giveUp := context.WithCancel(t.Context())
 	asked := make(chan error, 1)
 	go func() { // owned: ends when giveUp is called below
@@ -176,10 +186,12 @@ func TestSessionRequestsNameTheirWorker(t *testing.T) {
 		asked <- err
 	}()
 	var req *pb.WatchSessionNotificationsResponse
-	select {
-	case req = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session request did not reach the gateway's watch")
+	for req == nil || req.GetMethod() == "notifications/message" { // late warm-up logs
+		select {
+		case req = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the session request did not reach the gateway's watch")
+		}
 	}
 	if req.GetMethod() != "roots/list" || !slices.Equal(req.GetSessions(), []string{s}) ||
 		!strings.HasSuffix(req.GetRequestId(), "."+e.w.Name()) {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -73,13 +72,7 @@ func (s *session) answerSession(id string, m *jsonrpc.Message) bool {
 	if !ok {
 		return false
 	}
-	s.mu.Lock()
-	allowed := s.lookups.available(time.Now())
-	if allowed {
-		s.lookups.spend()
-	}
-	s.mu.Unlock()
-	if !allowed {
+	if !s.takeLookup() {
 		return false
 	}
 	wc := s.workerNamed(worker)
@@ -96,9 +89,7 @@ func (s *session) answerSession(id string, m *jsonrpc.Message) bool {
 		return false
 	}
 	if resp.GetAccepted() {
-		s.mu.Lock()
-		s.lookups.refund() // it found its request: worth its lookup
-		s.mu.Unlock()
+		s.refundLookup() // it found its request: worth its lookup
 	}
 	return resp.GetAccepted()
 }

@@ -44,8 +44,10 @@ func askStack(t *testing.T) (*testcluster.Worker, []string) {
 
 // askSession opens a 2025 session that declares caps, learns its scope
 // through whoami, and opens its GET stream; what the stream carries comes
-// on the channel, which closes when the stream ends.
-func askSession(t *testing.T, url, caps string) (session, scope string, heard <-chan map[string]any) {
+// on the channel, which closes when the stream ends. It returns once a
+// log the worker sends the session arrives there: the gateway's watch of
+// session notifications is live.
+func askSession(t *testing.T, w *testcluster.Worker, url, caps string) (session, scope string, heard <-chan map[string]any) {
 	t.Helper()
 	init := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":` + caps + `,"clientInfo":{"name":"t","version":"0"}}}`
 	resp, _ := testcluster.PostMCP(t, url, "", "", init)
@@ -94,6 +96,15 @@ func askSession(t *testing.T, url, caps string) (session, scope string, heard <-
 			}
 		}
 	}()
+	waitFor(t, "a session log on the GET stream", func() bool {
+		w.NotifySession(scope, "notifications/message", map[string]any{"level": "info", "data": "warm-up"})
+		select {
+		case m := <-ch:
+			return m["method"] == "notifications/message"
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
 	return session, scope, ch
 }
 
@@ -127,8 +138,8 @@ type asked struct {
 // client's answer, POSTed to the other replica, does.
 func TestAskSessionAnsweredThroughAnotherReplica(t *testing.T) {
 	w, urls := askStack(t)
-	session, scope, heard := askSession(t, urls[0], `{"roots":{}}`)
-	intruder, _, _ := askSession(t, urls[1], `{"roots":{}}`)
+	session, scope, heard := askSession(t, w, urls[0], `{"roots":{}}`)
+	intruder, _, _ := askSession(t, w, urls[1], `{"roots":{}}`)
 	got := make(chan asked, 1)
 	go func() { // owned: ends with the answer or the test's context
 		raw, err := w.AskSession(t.Context(), scope, "roots/list", map[string]any{})
@@ -162,7 +173,7 @@ func TestAskSessionAnsweredThroughAnotherReplica(t *testing.T) {
 // the gateway answers for the client with -32601.
 func TestAskSessionUndeclaredIsRefused(t *testing.T) {
 	w, urls := askStack(t)
-	_, scope, heard := askSession(t, urls[0], `{"roots":{}}`)
+	_, scope, heard := askSession(t, w, urls[0], `{"roots":{}}`)
 	_, err := w.AskSession(t.Context(), scope, "sampling/createMessage", map[string]any{"messages": []any{}, "maxTokens": 1})
 	var ce *worker.ClientError
 	if !errors.As(err, &ce) || ce.Code != -32601 {
@@ -181,7 +192,7 @@ func TestAskSessionUndeclaredIsRefused(t *testing.T) {
 // id; the client's late answer is ignored.
 func TestAskSessionWithdrawnIsCancelledAtTheClient(t *testing.T) {
 	w, urls := askStack(t)
-	session, scope, heard := askSession(t, urls[0], `{"roots":{}}`)
+	session, scope, heard := askSession(t, w, urls[0], `{"roots":{}}`)
 	ctx, cancel := context.WithCancel(t.Context())
 	got := make(chan asked, 1)
 	go func() { // owned: ends when ctx is cancelled below

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -283,19 +282,11 @@ func (s *session) answered(m *jsonrpc.Message) {
 	if !ok || !s.remoteCalls() {
 		return // not ours, or no other replica can hold the call
 	}
-	s.mu.Lock()
-	allowed := s.lookups.available(time.Now())
-	if allowed {
-		s.lookups.spend()
-	}
-	s.mu.Unlock()
-	if !allowed {
+	if !s.takeLookup() {
 		return
 	}
 	if wc := s.remoteWorker(callID); wc != nil && s.deliver(wc, callID, seq, m) {
-		s.mu.Lock()
-		s.lookups.refund() // it found its request: worth its lookup
-		s.mu.Unlock()
+		s.refundLookup() // it found its request: worth its lookup
 	}
 }
 
@@ -308,20 +299,7 @@ func (s *session) remoteWorker(callID string) pb.WorkerServiceClient {
 	if err != nil || got.GetCall().GetKey().GetScope() != s.scope || got.GetCall().GetState() != pb.CallState_CALL_STATE_RUNNING {
 		return nil
 	}
-	ws, err := s.g.coord.ListWorkers(ctx, &pb.ListWorkersRequest{})
-	if err != nil {
-		return nil
-	}
-	for _, w := range ws.GetWorkers() {
-		if w.GetName() == got.GetCall().GetWorker() {
-			wc, err := s.g.workerClient(w.GetAddress())
-			if err != nil {
-				return nil
-			}
-			return wc
-		}
-	}
-	return nil
+	return s.workerNamed(got.GetCall().GetWorker()) // asksession.go
 }
 
 // deliver hands an answer to the worker; it reports whether the handler

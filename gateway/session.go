@@ -82,6 +82,24 @@ func (b *bucket) spend() { b.tokens-- }
 // refund gives a token back.
 func (b *bucket) refund() { b.tokens = min(lookupBurst, b.tokens+1) }
 
+// takeLookup takes a token for a remote lookup, if one is left.
+func (s *session) takeLookup() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lookups.available(time.Now()) {
+		return false
+	}
+	s.lookups.spend()
+	return true
+}
+
+// refundLookup gives back the token of a lookup that was worth it.
+func (s *session) refundLookup() {
+	s.mu.Lock()
+	s.lookups.refund()
+	s.mu.Unlock()
+}
+
 func newSession(g *Gateway, scope, principal string) *session {
 	return &session{
 		g: g, scope: scope, principal: principal,
@@ -196,13 +214,7 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	}
 	// Take the token before the lookup, so that concurrent cancels cannot
 	// all pass the check; a lookup that finds its call gives it back.
-	s.mu.Lock()
-	allowed := s.lookups.available(time.Now())
-	if allowed {
-		s.lookups.spend()
-	}
-	s.mu.Unlock()
-	if !allowed {
+	if !s.takeLookup() {
 		s.g.metrics.cancel(cancelRateLimited)
 		return
 	}
@@ -217,9 +229,7 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		return
 	}
 	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_CANCELLED {
-		s.mu.Lock()
-		s.lookups.refund() // only a cancel that won was worth its lookup
-		s.mu.Unlock()
+		s.refundLookup() // only a cancel that won was worth its lookup
 	}
 	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
 }
