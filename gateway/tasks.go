@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -146,12 +147,20 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed,
 		s.g.metrics.call(p.target, outcomeRejected)
 		return
 	}
+	// The client hears of the task once its worker holds it: a gateway
+	// that dies after answering leaves a task that runs, not one nobody
+	// started. A worker that does not answer in time leaves the answer
+	// to go out anyway; the task is then its worker's or the janitor's.
+	admitted := s.startTaskRun(p, created, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(m.Params)})
+	select {
+	case <-admitted:
+	case <-time.After(cancelTimeout): // a bound, not a wait for anything
+	}
 	if s.isModern() {
 		reply.send(jsonrpc.Response(m.ID, modernCreateTaskResult(created.GetTask())))
 	} else {
 		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": legacyTask(created.GetTask())}))
 	}
-	s.startTaskRun(p, created, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(m.Params)})
 }
 
 // newTask creates a task for the tool call p, durably, in etcd.
@@ -193,14 +202,23 @@ func (s *session) taskCapabilities(params json.RawMessage) json.RawMessage {
 }
 
 // startTaskRun starts the task's call on its worker, under the gateway.
-func (s *session) startTaskRun(p *routed, created *pb.CreateTaskResponse, scopes []string, run taskRun) {
+// The channel closes once the worker holds the task, or the attempt to
+// start it ended.
+func (s *session) startTaskRun(p *routed, created *pb.CreateTaskResponse, scopes []string, run taskRun) <-chan struct{} {
 	token := p.token
 	if len(token) > 0 && token[0] != '"' && token[0] != '-' && (token[0] < '0' || token[0] > '9') {
 		token = nil // a progress token is a string or a number
 	}
-	if !s.g.startTask(func(base context.Context) { s.runTask(base, p, created, token, scopes, run) }) {
+	admitted := make(chan struct{})
+	once := sync.OnceFunc(func() { close(admitted) })
+	if !s.g.startTask(func(base context.Context) {
+		defer once()
+		s.runTask(base, p, created, token, scopes, run, once)
+	}) {
 		s.g.failTask(created.GetTask(), "the gateway shut down before the task started")
+		once()
 	}
+	return admitted
 }
 
 func createTaskError(err error, tool string) *jsonrpc.Error {
@@ -234,7 +252,7 @@ func (g *Gateway) startTask(f func(context.Context)) bool {
 // (this gateway shutting down, say). A worker that refuses the call fails
 // the task; a stream lost otherwise leaves the task to its worker, or, if
 // the worker is gone, to the coordinator's janitor.
-func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTaskResponse, token json.RawMessage, scopes []string, run taskRun) {
+func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTaskResponse, token json.RawMessage, scopes []string, run taskRun, admitted func()) {
 	g := s.g
 	t := created.GetTask()
 	wc, err := g.workerClient(created.GetWorkerAddress())
@@ -251,6 +269,8 @@ func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTask
 		ClientCapabilitiesJson: run.caps, Scope: s.scope, InputResponses: run.inputs,
 	})
 	if err == nil {
+		stream.Header() // the worker holds the task (or the stream failed: drain says how)
+		admitted()
 		err = drain(stream, func(pr *pb.Progress) { s.taskProgress(t.GetTaskId(), token, pr) })
 	}
 	switch status.Code(err) {

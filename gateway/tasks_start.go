@@ -44,7 +44,7 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 		return
 	}
 	c.toward.note(seq, taskStartMethodName, "task:"+t.GetTaskId())
-	c.s.startTaskRun(p, created, c.scopes, taskRun{caps: c.toward.caps, inputs: c.toward.round.inputs})
+	c.s.startTaskRun(p, created, c.scopes, taskRun{caps: c.toward.caps, inputs: c.toward.round.inputs}) // its client already knows of it
 	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL, reason: "the call continues as task " + t.GetTaskId()})
 }
 

@@ -258,3 +258,43 @@ func TestTaskNotifications(t *testing.T) {
 		t.Fatalf("status: %v", st)
 	}
 }
+
+// A gateway that goes away the moment it answered CreateTaskResult
+// leaves a task that runs: the answer goes out only once the task's
+// worker holds it (soak 8 found three tasks nobody started, failed by the
+// janitor past their deadline, when the gateway died in between).
+func TestTaskRunsWhenItsGatewayGoesAtOnce(t *testing.T) {
+	cl := etcdtest.Single(t)
+	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
+	h := &taskHold{started: make(chan string, 8), release: make(chan struct{}, 8), returned: make(chan string, 8)}
+	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw"}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
+	})
+	c := coord.Client(t)
+	waitFor(t, "the task tool", func() bool {
+		resp, err := c.ListTools(t.Context(), nil)
+		return err == nil && len(resp.Tools) == 1
+	})
+	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
+	sb := openSession(t, urlB)
+	for i := range 5 {
+		gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
+		sa := openSession(t, urlA)
+		created := resultOf(t, rpc(t, urlA, sa, 1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}}))
+		id := created["task"].(map[string]any)["taskId"].(string)
+		gA.Close() // at once: its Execute streams are cut
+		select {
+		case got := <-h.started:
+			if got != id {
+				t.Fatalf("round %d: handler of %s started, want %s", i, got, id)
+			}
+		case <-time.After(20 * time.Second): // a bound, not a wait for anything
+			t.Fatalf("round %d: nobody started task %s after its gateway went", i, id)
+		}
+		h.release <- struct{}{}
+		res := resultOf(t, rpc(t, urlB, sb, 2+i, "tasks/result", map[string]any{"taskId": id}))
+		if text := res["content"].([]any)[0].(map[string]any)["text"]; text != "work of "+id+" done" {
+			t.Fatalf("round %d: tasks/result on B: %v", i, res)
+		}
+	}
+}

@@ -80,6 +80,11 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		return err
 	}
 	defer w.untrack(e)
+	if e.task {
+		// The task is this worker's now, and outlives the stream: the
+		// gateway answers CreateTaskResult once it hears so (the headers).
+		stream.SendHeader(nil)
+	}
 	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
 		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
 		session: req.GetSession(), logLevel: req.GetLogLevel()}
