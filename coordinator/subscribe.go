@@ -255,7 +255,7 @@ func validateSessionScope(scope string) error {
 	if err := validateScope(scope); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(scope, client.SessionScope) && !strings.HasPrefix(scope, client.ConnScope) {
+	if !client.IsSessionScope(scope) {
 		return invalid("only a session or a stdio connection has notifications")
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"sync"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
@@ -55,7 +54,7 @@ type sessionAsk struct {
 // no gateway holds a notification stream for the session (a 2025 client
 // that opened no GET stream), bound ctx.
 func (w *Worker) AskSession(ctx context.Context, session, method string, params any) (json.RawMessage, error) {
-	if !sessionScope(session) || !askable(method) {
+	if !client.IsSessionScope(session) || !askable(method) {
 		return nil, ErrNoSession
 	}
 	b, err := json.Marshal(params)
@@ -84,7 +83,7 @@ func (w *Worker) AskSession(ctx context.Context, session, method string, params 
 		return a.result, a.err
 	case <-ctx.Done():
 	}
-	if !w.asks.take(token, session) {
+	if _, ok := w.asks.take(token, session); !ok {
 		a := <-ch // the answer won: Answer took it first and sent it
 		return a.result, a.err
 	}
@@ -92,29 +91,23 @@ func (w *Worker) AskSession(ctx context.Context, session, method string, params 
 	return nil, ctx.Err()
 }
 
-// take removes the pending request token of session; it reports whether
-// it was pending (and so is now the caller's to settle).
-func (as *sessionAsks) take(token, session string) bool {
+// take removes the pending request token of session and returns it, if
+// it was pending: it is then the caller's to settle.
+func (as *sessionAsks) take(token, session string) (sessionAsk, bool) {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	a, ok := as.m[token]
 	if !ok || a.session != session {
-		return false
+		return sessionAsk{}, false
 	}
 	delete(as.m, token)
-	return true
+	return a, true
 }
 
 // answerSession delivers a client's answer to a session request, if it
 // is still pending and came from the session that was asked.
 func (w *Worker) answerSession(req *pb.AnswerRequest) *pb.AnswerResponse {
-	w.asks.mu.Lock()
-	a, ok := w.asks.m[req.GetSessionRequest()]
-	ok = ok && a.session == req.GetScope()
-	if ok {
-		delete(w.asks.m, req.GetSessionRequest())
-	}
-	w.asks.mu.Unlock()
+	a, ok := w.asks.take(req.GetSessionRequest(), req.GetScope())
 	if !ok {
 		return &pb.AnswerResponse{} // answered, given up, or not this session's
 	}
@@ -135,8 +128,4 @@ func askable(method string) bool {
 		return true
 	}
 	return false
-}
-
-func sessionScope(s string) bool {
-	return strings.HasPrefix(s, client.SessionScope) || strings.HasPrefix(s, client.ConnScope)
 }

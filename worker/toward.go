@@ -418,16 +418,10 @@ func (w *Worker) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerRes
 	if e == nil || e.toward.scope != req.GetScope() {
 		return &pb.AnswerResponse{}, nil // not running here, or not the caller's: nothing to tell
 	}
-	var a clientAnswer
+	a := answerOf(req) // asksession.go
 	outcome := "answered"
-	switch v := req.GetAnswer().(type) {
-	case *pb.AnswerRequest_ResultJson:
-		a.result = v.ResultJson
-	case *pb.AnswerRequest_Error:
-		a.err = &ClientError{Code: v.Error.GetCode(), Message: v.Error.GetMessage(), Data: v.Error.GetDataJson()}
+	if a.err != nil {
 		outcome = "error"
-	default:
-		return nil, status.Error(codes.InvalidArgument, "an answer needs a result or an error")
 	}
 	t := &e.toward
 	t.mu.Lock()

@@ -2,6 +2,12 @@ package client
 
 import "strings"
 
+// IsSessionScope says whether scope is a client session's: a 2025-era
+// HTTP session or a stdio connection (not a 2026-07-28 request).
+func IsSessionScope(scope string) bool {
+	return strings.HasPrefix(scope, SessionScope) || strings.HasPrefix(scope, ConnScope)
+}
+
 // sessionRequestPrefix starts the JSON-RPC id of every request a worker
 // sends a client session outside any call (Worker.AskSession). The id
 // names the worker, so the replica that receives the client's answer
