@@ -42,23 +42,7 @@ func TestSessionNotificationsAcrossReplicas(t *testing.T) {
 	}
 	sub(x, "demo://a")
 	sub(y, "demo://b")
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	watch, err := e.c.WatchSessionNotifications(wctx, &pb.WatchSessionNotificationsRequest{Gateway: "g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *pb.WatchSessionNotificationsResponse, 64)
-	go func() { // ends when the watch is cancelled, below
-		for {
-			m, err := watch.Recv()
-			if err != nil {
-				close(got)
-				return
-			}
-			got <- m
-		}
-	}()
+	got := watchNotes(t, e.c)
 	updated := func(session, uri string) {
 		e.w.NotifySession(session, "notifications/resources/updated", map[string]string{"uri": uri})
 	}
@@ -131,13 +115,39 @@ func TestSessionNotificationsAcrossReplicas(t *testing.T) {
 			t.Fatalf("a closed session still got %v", m)
 		}
 	}
-	_, err = e.c.SubscribeResource(ctx, &pb.SubscribeResourceRequest{Session: x, Uri: "demo://a"})
+	_, err := e.c.SubscribeResource(ctx, &pb.SubscribeResourceRequest{Session: x, Uri: "demo://a"})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("subscribing a closed session: %v", err)
 	}
-	cancel()
-	for range got {
+}
+
+// watchNotes is a gateway's watch of session notifications at c; the
+// test's cleanup ends it.
+func watchNotes(t *testing.T, c pb.CoordinatorServiceClient) <-chan *pb.WatchSessionNotificationsResponse {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	watch, err := c.WatchSessionNotifications(ctx, &pb.WatchSessionNotificationsRequest{Gateway: "g"})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
 	}
+	got := make(chan *pb.WatchSessionNotificationsResponse, 64)
+	go func() { // owned: ends when the cleanup cancels the watch, and is drained there
+		defer close(got)
+		for {
+			m, err := watch.Recv()
+			if err != nil {
+				return
+			}
+			got <- m
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		for range got {
+		}
+	})
+	return got
 }
 
 func jsonHas(b []byte, key string, want any) bool {
@@ -151,23 +161,7 @@ func jsonHas(b []byte, key string, want any) bool {
 // so no worker can pose as another, and its own goes through.
 func TestSessionRequestsNameTheirWorker(t *testing.T) {
 	e := newEnv(t, envOptions{replicas: 2, workerTo: []int{1}})
-	wctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	watch, err := e.c.WatchSessionNotifications(wctx, &pb.WatchSessionNotificationsRequest{Gateway: "g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *pb.WatchSessionNotificationsResponse, 64)
-	go func() { // ends when the watch is cancelled, below
-		defer close(got)
-		for {
-			m, err := watch.Recv()
-			if err != nil {
-				return
-			}
-			got <- m
-		}
-	}()
+	got := watchNotes(t, e.c)
 	const s = "session:asked-xxxxxxxxxxxxxxxx"
 	// The watch may not be registered yet: send a log until it is heard.
 	testcluster.WaitFor(t, "a log at the gateway's watch", func() bool {
@@ -210,8 +204,5 @@ func TestSessionRequestsNameTheirWorker(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the worker's own cancellation did not reach the gateway's watch")
-	}
-	cancel()
-	for range got {
 	}
 }

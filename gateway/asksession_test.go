@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,34 +66,7 @@ func askSession(t *testing.T, w *testcluster.Worker, url, caps string) (session,
 		t.Fatalf("whoami answered %s", body)
 	}
 	scope = result.Result.Content[0].Text
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", session)
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	get, err := http.DefaultClient.Do(req)
-	if err != nil || get.StatusCode != http.StatusOK {
-		t.Fatalf("GET stream: %v %v", get, err)
-	}
-	ch := make(chan map[string]any, 64)
-	done := make(chan struct{})
-	t.Cleanup(func() { get.Body.Close(); <-done })
-	go func() { // owned: ends when the cleanup closes the body, and is waited for
-		defer close(done)
-		defer close(ch)
-		br := bufio.NewReader(get.Body)
-		for {
-			line, err := br.ReadBytes('\n')
-			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
-				var m map[string]any
-				if json.Unmarshal(bytes.TrimSpace(data), &m) == nil {
-					ch <- m
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	ch := getStream(t, url, session)
 	waitFor(t, "a session log on the GET stream", func() bool {
 		w.NotifySession(scope, "notifications/message", map[string]any{"level": "info", "data": "warm-up"})
 		select {
@@ -106,25 +77,6 @@ func askSession(t *testing.T, w *testcluster.Worker, url, caps string) (session,
 		}
 	})
 	return session, scope, ch
-}
-
-// next is the next message on the GET stream with this method.
-func next(t *testing.T, heard <-chan map[string]any, method string) map[string]any {
-	t.Helper()
-	bound := time.After(20 * time.Second) // a bound, not a wait for anything
-	for {
-		select {
-		case m, ok := <-heard:
-			if !ok {
-				t.Fatalf("the GET stream ended before a %s", method)
-			}
-			if m["method"] == method {
-				return m
-			}
-		case <-bound:
-			t.Fatalf("no %s on the GET stream", method)
-		}
-	}
 }
 
 type asked struct {
@@ -145,7 +97,7 @@ func TestAskSessionAnsweredThroughAnotherReplica(t *testing.T) {
 		raw, err := w.AskSession(t.Context(), scope, "roots/list", map[string]any{})
 		got <- asked{raw, err}
 	}()
-	req := next(t, heard, "roots/list")
+	req := nextOn(t, heard, "roots/list")
 	id, _ := req["id"].(string)
 	if !strings.HasPrefix(id, "mcpcancel-session.") || !strings.HasSuffix(id, ".asker") {
 		t.Fatalf("roots/list came under id %v, want the gateway's session request id naming the worker", req["id"])
@@ -179,12 +131,25 @@ func TestAskSessionUndeclaredIsRefused(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != -32601 {
 		t.Fatalf("AskSession = %v, want the gateway's -32601", err)
 	}
-	select {
-	case m := <-heard:
-		if m["method"] == "sampling/createMessage" {
-			t.Fatalf("the client was sent a request it did not declare: %v", m)
+	// A log sent after the request follows the same path: had the request
+	// gone out, it would come before the log.
+	w.NotifySession(scope, "notifications/message", map[string]any{"level": "info", "data": "after"})
+	bound := time.After(20 * time.Second) // a bound, not a wait for anything
+	for {
+		select {
+		case m, ok := <-heard:
+			if !ok {
+				t.Fatal("the GET stream ended")
+			}
+			if m["method"] == "sampling/createMessage" {
+				t.Fatalf("the client was sent a request it did not declare: %v", m)
+			}
+			if p, _ := m["params"].(map[string]any); m["method"] == "notifications/message" && p["data"] == "after" {
+				return
+			}
+		case <-bound:
+			t.Fatal("the log sent after the refusal never came")
 		}
-	default:
 	}
 }
 
@@ -199,12 +164,12 @@ func TestAskSessionWithdrawnIsCancelledAtTheClient(t *testing.T) {
 		raw, err := w.AskSession(ctx, scope, "roots/list", map[string]any{})
 		got <- asked{raw, err}
 	}()
-	id := next(t, heard, "roots/list")["id"]
+	id := nextOn(t, heard, "roots/list")["id"]
 	cancel()
 	if a := <-got; !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("AskSession = %s, %v; want it given up", a.raw, a.err)
 	}
-	c := next(t, heard, "notifications/cancelled")
+	c := nextOn(t, heard, "notifications/cancelled")
 	if p, _ := c["params"].(map[string]any); p["requestId"] != id {
 		t.Fatalf("cancelled %v, want the request %v", c, id)
 	}

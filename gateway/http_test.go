@@ -438,3 +438,63 @@ func TestManyCancelsFromOtherReplica(t *testing.T) {
 		}
 	}
 }
+
+// getStream opens session's GET stream. What it carries comes on the
+// channel, which closes when the stream ends; past the channel's buffer
+// messages are dropped (a test reads what it needs). The test's cleanup
+// closes the stream and waits for its reader.
+func getStream(t *testing.T, url, session string) <-chan map[string]any {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %v %v", resp, err)
+	}
+	heard := make(chan map[string]any, 4096)
+	done := make(chan struct{})
+	t.Cleanup(func() { resp.Body.Close(); <-done })
+	go func() { // owned: ends when the cleanup closes the body, and is waited for
+		defer close(done)
+		defer close(heard)
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadBytes('\n')
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				var m map[string]any
+				if json.Unmarshal(bytes.TrimSpace(data), &m) == nil {
+					select {
+					case heard <- m:
+					default: // the test reads what it needs; drop the rest
+					}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return heard
+}
+
+// nextOn is the next message with this method on a stream getStream
+// opened.
+func nextOn(t *testing.T, heard <-chan map[string]any, method string) map[string]any {
+	t.Helper()
+	bound := time.NewTimer(20 * time.Second) // a bound, not a synchronisation
+	defer bound.Stop()
+	for {
+		select {
+		case m, ok := <-heard:
+			if !ok {
+				t.Fatalf("the stream ended before a %s", method)
+			}
+			if m["method"] == method {
+				return m
+			}
+		case <-bound.C:
+			t.Fatalf("no %s on the stream within 20s", method)
+		}
+	}
+}

@@ -5,11 +5,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
-	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
-	"github.com/mcpcancel/mcpcancel/worker"
 )
 
 // listenTaskCaps are client capabilities declaring the tasks extension.
@@ -22,17 +19,7 @@ var listenTaskCaps = map[string]any{"extensions": map[string]any{"io.modelcontex
 // caller's is left out of the acknowledgement, and a listen naming tasks
 // without declaring the extension is refused with -32021.
 func TestListenTaskNotifications(t *testing.T) {
-	cl := etcdtest.Single(t)
-	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	h := &taskHold{started: make(chan string, 4), release: make(chan struct{}, 4), returned: make(chan string, 4)}
-	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw"}, func(w *worker.Worker) {
-		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
-	})
-	c := coord.Client(t)
-	waitFor(t, "the task tool", func() bool {
-		resp, err := c.ListTools(t.Context(), nil)
-		return err == nil && len(resp.Tools) == 1
-	})
+	h, c, _ := researchStack(t)
 	gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
 	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
 	create := func() string {

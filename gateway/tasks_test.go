@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -32,6 +31,24 @@ func (h *taskHold) handle(_ context.Context, c *worker.Call) (*worker.Result, er
 	<-h.release
 	defer func() { h.returned <- c.ID }()
 	return worker.Text("work of " + c.ID + " done"), nil
+}
+
+// researchStack is etcd, a coordinator and a worker whose task tool
+// "research" runs each handler until the test releases it.
+func researchStack(t *testing.T) (*taskHold, pb.CoordinatorServiceClient, *etcdtest.Cluster) {
+	t.Helper()
+	cl := etcdtest.Single(t)
+	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
+	h := &taskHold{started: make(chan string, 8), release: make(chan struct{}, 8), returned: make(chan string, 8)}
+	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw"}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
+	})
+	c := coord.Client(t)
+	waitFor(t, "the task tool", func() bool {
+		resp, err := c.ListTools(t.Context(), nil)
+		return err == nil && len(resp.Tools) == 1
+	})
+	return h, c, cl
 }
 
 // rpc POSTs one request in a 2025 session and returns its response.
@@ -88,17 +105,7 @@ func errorCode(m map[string]any) float64 {
 // result is served by B after A is gone (closed: its Execute streams cut,
 // as a kill would cut them), and tasks/list on B shows both.
 func TestTasksAcrossReplicas(t *testing.T) {
-	cl := etcdtest.Single(t)
-	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	h := &taskHold{started: make(chan string, 4), release: make(chan struct{}, 4), returned: make(chan string, 4)}
-	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw"}, func(w *worker.Worker) {
-		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
-	})
-	c := coord.Client(t)
-	waitFor(t, "the task tool", func() bool {
-		resp, err := c.ListTools(t.Context(), nil)
-		return err == nil && len(resp.Tools) == 1
-	})
+	h, c, cl := researchStack(t)
 	gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
 	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
 	sa, sb := openSession(t, urlA), openSession(t, urlB)
@@ -195,54 +202,11 @@ func TestTaskNotifications(t *testing.T) {
 	// the stream is registered, so the task's notifications have a listener.
 	_, url := testcluster.StartGateway(t, c, gateway.Options{PingInterval: 50 * time.Millisecond})
 	s := openSession(t, url)
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", s)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET stream: %v %v", resp, err)
-	}
-	heard := make(chan map[string]any, 4096)
-	done := make(chan struct{})
-	defer func() { resp.Body.Close(); <-done }()
-	go func() { // owned: ends when the test closes the body, and is waited for
-		defer close(done)
-		defer close(heard)
-		br := bufio.NewReader(resp.Body)
-		for {
-			line, err := br.ReadBytes('\n')
-			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
-				var m map[string]any
-				if json.Unmarshal(bytes.TrimSpace(data), &m) == nil {
-					select {
-					case heard <- m:
-					default: // the test reads what it needs; drop the rest
-					}
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	heard := getStream(t, url, s)
 	next := func(method string) map[string]any {
 		t.Helper()
-		bound := time.NewTimer(15 * time.Second) // a bound, not a synchronisation
-		defer bound.Stop()
-		for {
-			select {
-			case m, ok := <-heard:
-				if !ok {
-					t.Fatalf("the stream ended before %s", method)
-				}
-				if m["method"] == method {
-					p, _ := m["params"].(map[string]any)
-					return p
-				}
-			case <-bound.C:
-				t.Fatalf("no %s within 15s", method)
-			}
-		}
+		p, _ := nextOn(t, heard, method)["params"].(map[string]any)
+		return p
 	}
 	next("ping")
 	created := resultOf(t, rpc(t, url, s, 1, "tools/call", map[string]any{
@@ -264,17 +228,7 @@ func TestTaskNotifications(t *testing.T) {
 // worker holds it (soak 8 found three tasks nobody started, failed by the
 // janitor past their deadline, when the gateway died in between).
 func TestTaskRunsWhenItsGatewayGoesAtOnce(t *testing.T) {
-	cl := etcdtest.Single(t)
-	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	h := &taskHold{started: make(chan string, 8), release: make(chan struct{}, 8), returned: make(chan string, 8)}
-	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw"}, func(w *worker.Worker) {
-		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
-	})
-	c := coord.Client(t)
-	waitFor(t, "the task tool", func() bool {
-		resp, err := c.ListTools(t.Context(), nil)
-		return err == nil && len(resp.Tools) == 1
-	})
+	h, c, _ := researchStack(t)
 	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
 	sb := openSession(t, urlB)
 	for i := range 5 {
