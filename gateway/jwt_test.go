@@ -261,8 +261,9 @@ func TestJWTGateway(t *testing.T) {
 	st := newStack(t, stackOptions{})
 	var calls atomic.Int64
 	_, url := testcluster.StartGateway(t, countingConn(t, st.coord.Addr, &calls), gateway.Options{Authenticator: gateway.AnyOf(tokens, jwks)})
-	// Run opens one WatchTools stream, and calls nothing else on its own.
-	waitFor(t, "the gateway to watch the tools", func() bool { return calls.Load() > 0 })
+	// Run opens two streams, WatchTools and WatchSessionNotifications, and
+	// calls nothing else on its own.
+	waitFor(t, "the gateway to watch the tools and the notes", func() bool { return calls.Load() >= 2 })
 	before, rev := calls.Load(), st.revision(t)
 	for name, token := range map[string]string{
 		"missing": "",
