@@ -37,6 +37,18 @@ type halfDeadStack struct {
 }
 
 func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
+	st, g := startHalfDeadStack(t, gw, nil)
+	select { // else a call asks ListTools, not Begin, into the fault
+	case <-g.ToolsArrived():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the gateway's tool watch never delivered")
+	}
+	return st
+}
+
+// startHalfDeadStack starts the stack, calling before (if not nil) with
+// the proxy before the gateway first dials through it.
+func startHalfDeadStack(t *testing.T, gw gateway.Options, before func(*faultproxy.Proxy)) (*halfDeadStack, *gateway.Gateway) {
 	st := &halfDeadStack{cli: etcdtest.Single(t).Client()}
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, st.cli, coordinator.Options{}, lax)
@@ -47,14 +59,18 @@ func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
 		return err == nil && len(resp.Tools) >= 3
 	})
 	st.proxy = faultproxy.Start(t, co.Addr)
+	if before != nil {
+		before(st.proxy)
+	}
 	conn, err := dial.Open(st.proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	gw.Name, gw.CoordinatorConn = "gw-halfdead", conn
-	_, st.url = testcluster.StartGateway(t, nil, gw)
-	return st
+	g, url := testcluster.StartGateway(t, nil, gw)
+	st.url = url
+	return st, g
 }
 
 // decisions are the outcomes recorded for a scope, by request id.
@@ -162,6 +178,37 @@ func TestHalfDeadCoordinatorLinkBegin(t *testing.T) {
 		t.Fatalf("decisions = %v, want one failed: the client was told the call could not start", got)
 	}
 	st.afterRedial(t, sid, 2)
+}
+
+// A call that comes before the gateway's tool watch delivered asks the
+// coordinator for the tools (ListTools). On a link that was half-dead
+// from its first connection, the watch hears nothing, and the ListTools
+// waited for keepalive (15 s). Its attempt now goes unanswered for 2 s,
+// the gateway redials, and it is asked again on the fresh connection.
+func TestHalfDeadCoordinatorLinkBeforeTools(t *testing.T) {
+	st, g := startHalfDeadStack(t, gateway.Options{}, func(p *faultproxy.Proxy) {
+		p.SilenceFor(faultproxy.SilentReplies, 1) // the gateway's first connection
+	})
+	lost := time.Now()
+	status, msgs := post26(t, st.url, request(1, "tools/list", map[string]any{"_meta": envelope(map[string]any{})}), modernHeaders("tools/list", ""))
+	took := time.Since(lost)
+	t.Logf("tools/list answered %v after the gateway started into the fault", took.Round(time.Millisecond))
+	if status != 200 || len(msgs) != 1 || !strings.Contains(string(msgs[0].Result), `"echo"`) {
+		t.Fatalf("tools/list: %d %+v, want the demo tools", status, msgs)
+	}
+	if took > halfDeadBound {
+		t.Fatalf("answered after %v; keepalive alone takes 15 s, the bound is %v", took, halfDeadBound)
+	}
+	select {
+	case <-st.proxy.Healed():
+	default:
+		t.Fatal("the gateway never redialled its coordinator link")
+	}
+	select { // the watch, cut off by the redial, opens again on the fresh connection
+	case <-g.ToolsArrived():
+	case <-time.After(halfDeadBound):
+		t.Fatal("the tool watch did not deliver after the redial")
+	}
 }
 
 // The quiet-stream probe of a call that sends nothing (no progress token)
