@@ -1,6 +1,6 @@
 // Package grpcserver builds every gRPC server of mcpcancel (the
 // coordinator's, the worker's, and those tests and benchmarks start) the
-// same way: recovery from handler panics, structured logging of calls
+// same way: recovery from handler panics, a log of the calls that fail
 // (log/slog), Prometheus server metrics, bounded message sizes, and
 // keepalive, so that a silent client is noticed without TCP's help.
 package grpcserver
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -79,8 +78,9 @@ func New(log *slog.Logger, reg prometheus.Registerer, ka Keepalive, extra ...grp
 }
 
 // Options returns the server options without keepalive: interceptors
-// (recovery outermost, then metrics, then logging) and message limits.
-// Server metrics are registered with reg. Build servers with New.
+// (recovery outermost, then metrics, then the log of failed calls) and
+// message limits. Server metrics are registered with reg. Build servers
+// with New.
 func Options(log *slog.Logger, reg prometheus.Registerer) []grpc.ServerOption {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)
@@ -88,34 +88,17 @@ func Options(log *slog.Logger, reg prometheus.Registerer) []grpc.ServerOption {
 		log.ErrorContext(ctx, "gRPC handler panicked", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})
-	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
-	// Log only calls that end in an error: every Begin and Cancel would
-	// drown the log.
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.OK, codes.Canceled, codes.NotFound, codes.AlreadyExists:
-				return logging.LevelDebug
-			case codes.Internal, codes.Unknown, codes.DataLoss:
-				return logging.LevelError
-			default:
-				return logging.LevelWarn
-			}
-		}),
-	}
+	lg := callLog{log}
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(rec),
 			metrics.UnaryServerInterceptor(),
-			logging.UnaryServerInterceptor(lg, logOpts...),
+			lg.unary,
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(rec),
 			metrics.StreamServerInterceptor(),
-			logging.StreamServerInterceptor(lg, logOpts...),
+			lg.stream,
 		),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
