@@ -75,7 +75,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	mcpURL := fs.String("mcp", "", "measure an existing gateway at this MCP `URL` instead of starting the system (throughput only; see README)")
 	coord := fs.String("coordinator", "", "the existing deployment's coordinator `HOST:PORT` (with --mcp)")
 	cpu := fs.String("cpuprofile", "", "write a CPU profile of this process (etcd, coordinator, worker, gateway and clients, in-process) to `FILE`; go tool pprof reads it")
-	profDir := fs.String("storm-profiles", "", "write 5 s CPU profiles of the gateway, coordinator and worker processes, taken as the storm starts, to `DIR`/<component>-storm.pprof")
+	profDir := fs.String("storm-profiles", "", "write 5 s CPU profiles of the gateway, coordinator and worker processes, taken as the storm starts, to `DIR`/<component>-storm.pprof, and their heap profiles with the calls in flight to DIR/<component>-inflight.heap.pprof")
 	only := fs.String("only", "", "measure only these comma-separated `parts`: "+strings.Join(parts, ", ")+" (memory includes the storm; the cancel ratios need floor)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -225,6 +225,7 @@ func measureMemoryAndStorm(ctx context.Context, d *deployment, calls int) (memor
 	if err != nil {
 		return r, err
 	}
+	d.profileHeaps(ctx)
 	for i := range 3 {
 		r.heapPerCall[i] = round((during[i].heapAlloc-before[i].heapAlloc)/float64(calls), 0)
 		r.stackPerCall[i] = round((during[i].stackInuse-before[i].stackInuse)/float64(calls), 0)
@@ -265,7 +266,7 @@ func (d *deployment) profileStorm(ctx context.Context) func() {
 	var wg sync.WaitGroup
 	for _, p := range []*proc{d.gw, d.coord, d.worker} {
 		wg.Go(func() {
-			if err := fetchProfile(ctx, d.hc, p.get("admin"), filepath.Join(d.profileDir, p.name+"-storm.pprof")); err != nil {
+			if err := fetchProfile(ctx, d.hc, p.get("admin"), "profile?seconds=5", filepath.Join(d.profileDir, p.name+"-storm.pprof")); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: profiling %s: %v\n", p.name, err)
 			}
 		})
@@ -273,8 +274,24 @@ func (d *deployment) profileStorm(ctx context.Context) func() {
 	return wg.Wait
 }
 
-func fetchProfile(ctx context.Context, hc *http.Client, admin, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/profile?seconds=5", nil)
+// profileHeaps, when the deployment has a profile directory, fetches each
+// component's heap profile with the calls in flight, as
+// DIR/<component>-inflight.heap.pprof: what each in-flight call holds.
+func (d *deployment) profileHeaps(ctx context.Context) {
+	if d.profileDir == "" {
+		return
+	}
+	for _, p := range []*proc{d.gw, d.coord, d.worker} {
+		if err := fetchProfile(ctx, d.hc, p.get("admin"), "heap?gc=1", filepath.Join(d.profileDir, p.name+"-inflight.heap.pprof")); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: heap profile of %s: %v\n", p.name, err)
+		}
+	}
+}
+
+// fetchProfile saves the profile /debug/pprof/<which> of the process
+// whose admin endpoint is admin.
+func fetchProfile(ctx context.Context, hc *http.Client, admin, which, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/"+which, nil)
 	if err != nil {
 		return err
 	}
