@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -20,11 +18,10 @@ import (
 // that it redials when it finds the link half-dead: replies lost while
 // what the gateway sends still arrives keep a transport "ready" until
 // keepalive gives up (15 s), and every RPC on it waits as long. Each
-// attempt of the RPCs in attemptPolicies is bounded while its link is
-// silent: one that hears nothing in that time, nor an answer to the
-// health check it sends after unansweredAfter, replaces the connection
-// (once per generation, however many found it dead), and an idempotent
-// RPC goes out again on the fresh one. Streams and other RPCs pass through: a stream on the
+// attempt of the RPCs in attemptPolicies is bounded; one that hears
+// nothing in that time replaces the connection (once per generation,
+// however many found it dead), and an idempotent RPC goes out again on
+// the fresh one. Streams and other RPCs pass through: a stream on the
 // replaced connection ends and its owner opens it again.
 type coordConn struct {
 	conn *dial.Conn
@@ -67,10 +64,9 @@ var attemptPolicies = map[string]attemptPolicy{
 	pb.CoordinatorService_WaitTask_FullMethodName:    rewaited,
 }
 
-// attemptTimeout bounds one attempt on a silent link: a read or a commit
-// takes milliseconds, so an attempt past this whose link does not answer
-// a health check either has lost its reply or its replica. (The worker's
-// settle attempts use the same bound.)
+// attemptTimeout bounds one attempt: a read or a commit takes
+// milliseconds, so an attempt past this has lost its reply or its
+// replica. (The worker's settle attempts use the same bound.)
 const attemptTimeout = 2 * time.Second
 
 // beginAttemptTimeout bounds a Begin, which is never sent twice: a Begin
@@ -79,10 +75,10 @@ const attemptTimeout = 2 * time.Second
 // that is starting, or a paused etcd leader, may hold it for seconds).
 const beginAttemptTimeout = 5 * time.Second
 
-// unansweredAfter is how long an attempt waits before it asks whether
-// its link still answers: a health check on the same connection, which a
-// coordinator answers from memory. An attempt whose link answers is only
-// slow (a replica waiting on an etcd leader election, say), not lost.
+// unansweredAfter is how long an attempt must have waited, when it ends
+// at a deadline, for its silence to count against the link: a caller
+// that allows less (the probe allows probeTimeout in all) still finds
+// the link dead, and one that allows a few milliseconds does not.
 const unansweredAfter = time.Second
 
 // maxAttempts caps the attempts of a resent RPC; each but the last found
@@ -111,7 +107,8 @@ func (c *coordConn) Invoke(ctx context.Context, method string, args, reply any, 
 		}
 	}
 	for n := 1; ; n++ {
-		unanswered, gen, err := c.attempt(ctx, method, args, reply, opts)
+		gen := c.conn.Gen()
+		unanswered, err := c.attempt(ctx, method, args, reply, opts)
 		if unanswered {
 			c.redial(gen, method)
 			err = errUnanswered
@@ -123,54 +120,19 @@ func (c *coordConn) Invoke(ctx context.Context, method string, args, reply any, 
 	}
 }
 
-// errSilentLink ends an attempt whose link did not answer.
-var errSilentLink = errors.New("the link to the coordinators did not answer a health check")
-
-// attempt makes one attempt on the current connection and reports whether
-// it went unanswered on a silent link. Once it has waited unansweredAfter
-// it asks the link (a health check on the same connection): if that is
-// answered, the attempt waits on for its caller, and the link, alive, is
-// left alone, so that the calls sharing it are not cut off by a redial.
-// If it is not, by the attempt's bound (or by the caller's end, if that is
-// sooner), the attempt is unanswered.
-func (c *coordConn) attempt(ctx context.Context, method string, args, reply any, opts []grpc.CallOption) (unanswered bool, gen uint64, err error) {
-	cc, gen := c.conn.Current()
+// attempt makes one bounded attempt and reports whether it went
+// unanswered.
+func (c *coordConn) attempt(ctx context.Context, method string, args, reply any, opts []grpc.CallOption) (bool, error) {
 	bound := attemptTimeout
 	if method == pb.CoordinatorService_Begin_FullMethodName {
 		bound = beginAttemptTimeout
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	var silent atomic.Bool
-	asked := make(chan struct{})
-	ask := time.AfterFunc(unansweredAfter, func() {
-		defer close(asked)
-		hctx, hcancel := context.WithTimeout(actx, bound-unansweredAfter)
-		defer hcancel()
-		if _, err := healthpb.NewHealthClient(cc).Check(hctx, &healthpb.HealthCheckRequest{}); serverAnswered(err) {
-			return
-		}
-		silent.Store(true)
-		<-hctx.Done()
-		cancel(errSilentLink) // a no-op if the attempt has ended
-	})
-	err = cc.Invoke(actx, method, args, reply, opts...)
-	cancel(nil)
-	if !ask.Stop() {
-		<-asked
-	}
-	cutShort := errors.Is(context.Cause(actx), errSilentLink)                   // at its bound
-	outwaited := status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil // by its caller, before the link answered
-	return err != nil && silent.Load() && (cutShort || outwaited), gen, err
-}
-
-// serverAnswered says whether a health check's outcome came from the server:
-// any status but those a client makes up itself when nothing came back.
-func serverAnswered(err error) bool {
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
-		return false
-	}
-	return true
+	actx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	start := time.Now()
+	err := c.conn.Invoke(actx, method, args, reply, opts...)
+	unanswered := status.Code(err) == codes.DeadlineExceeded && actx.Err() != nil && time.Since(start) >= unansweredAfter
+	return unanswered, err
 }
 
 // redial replaces connection gen, if it is still the current one.

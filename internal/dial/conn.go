@@ -55,14 +55,6 @@ func (c *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 	return c.current().NewStream(ctx, desc, method, opts...)
 }
 
-// Current returns the current connection and its number, for a caller
-// that must make more than one RPC on the same one.
-func (c *Conn) Current() (*grpc.ClientConn, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cc, c.gen
-}
-
 // Gen numbers the current connection. A caller that may find the link
 // dead reads it before its RPC and passes it to Redial.
 func (c *Conn) Gen() uint64 {
