@@ -22,7 +22,8 @@ import (
 // nothing in that time replaces the connection (once per generation,
 // however many found it dead), and an idempotent RPC goes out again on
 // the fresh one. Streams and other RPCs pass through: a stream on the
-// replaced connection ends and its owner opens it again.
+// replaced connection ends when it closes, retireGrace later, and its
+// owner opens it again.
 type coordConn struct {
 	conn *dial.Conn
 	log  *slog.Logger
@@ -135,9 +136,18 @@ func (c *coordConn) attempt(ctx context.Context, method string, args, reply any,
 	return unanswered, err
 }
 
+// retireGrace is how long what rides a replaced connection may go on
+// there: as long as the longest bounded attempt. A link is taken for
+// half-dead on one unanswered attempt, which may only have been slow (a
+// Begin while an etcd leader is elected); closing the connection at once
+// failed every other Begin on it, answered or not, as "could not start"
+// (seen in the fault harness). Streams on it (the tool and notification
+// watches) end with it and open again on the fresh one.
+const retireGrace = beginAttemptTimeout
+
 // redial replaces connection gen, if it is still the current one.
 func (c *coordConn) redial(gen uint64, method string) {
-	replaced, err := c.conn.Redial(gen)
+	replaced, err := c.conn.RedialAfter(gen, retireGrace)
 	switch {
 	case replaced:
 		c.log.Warn("the link to the coordinators is half-dead; redialled", "why", "an attempt went unanswered", "method", method)

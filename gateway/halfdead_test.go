@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -246,4 +247,63 @@ func TestHalfDeadCoordinatorLinkProbe(t *testing.T) {
 		t.Fatalf("decisions = %v, want one cancelled/client", got)
 	}
 	st.afterRedial(t, sid, 2)
+}
+
+// A Begin held past its bound by a slow coordinator makes the gateway
+// take the link for half-dead and redial, but the other Begins riding the
+// old connection are not cut off with it: they have retireGrace to be
+// answered there. Seen in the fault harness when an etcd leader was
+// killed: one slow Begin's redial failed every other Begin on the link
+// ("the client connection is closing"), each told it could not start.
+// Here etcd stalls under two Begins sent 3 s apart; the first runs out
+// its 5 s and is answered that it could not start, and the second, once
+// etcd answers again, completes.
+func TestRedialSparesTheOtherCallsOnTheLink(t *testing.T) {
+	ec := etcdtest.Single(t)
+	etcdLink := faultproxy.Start(t, strings.TrimPrefix(ec.Endpoints()[0], "http://"))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdLink.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	co := testcluster.StartCoordinator(t, cli, coordinator.Options{OpTimeout: 30 * time.Second})
+	testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "w1"}, demo.Register)
+	conn, err := dial.Open(co.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	g, url := testcluster.StartGateway(t, nil, gateway.Options{Name: "gw-slow", CoordinatorConn: conn})
+	select {
+	case <-g.ToolsArrived():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the gateway's tool watch never delivered")
+	}
+	sid := openSession(t, url)
+
+	etcdLink.Set(faultproxy.Blackhole, 0)
+	first := startCall(t, url, sid, 1, "echo", map[string]any{"text": "first"}, nil)
+	<-time.After(3 * time.Second) // spaces the Begins, so the second has time left when the first runs out
+	second := startCall(t, url, sid, 2, "echo", map[string]any{"text": "second"}, nil)
+	waitFor(t, "the first Begin to run out and the gateway to redial", func() bool { return conn.Gen() == 2 })
+	etcdLink.Heal()
+	answer := func(name string, call <-chan streamResult) string {
+		t.Helper()
+		select {
+		case r := <-call:
+			if r.err != nil {
+				t.Fatalf("the %s call: %v", name, r.err)
+			}
+			return fmt.Sprint(r.msgs)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no answer to the %s call 20 s after etcd answered again", name)
+			return ""
+		}
+	}
+	if got := answer("first", first); !strings.Contains(got, "could not be started") {
+		t.Fatalf("the first call got %v, want the error that it could not start", got)
+	}
+	if got := answer("second", second); !strings.Contains(got, "second") || strings.Contains(got, "isError:true") || strings.Contains(got, "error:") {
+		t.Fatalf("the second call got %v, want its result: the redial must not cut it off", got)
+	}
 }

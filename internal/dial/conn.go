@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 )
@@ -19,10 +20,12 @@ type Conn struct {
 	target string
 	opts   []grpc.DialOption
 
-	mu     sync.Mutex
-	cc     *grpc.ClientConn
-	gen    uint64 // numbers cc; one more with each redial
-	closed bool
+	mu       sync.Mutex
+	cc       *grpc.ClientConn
+	gen      uint64 // numbers cc; one more with each redial
+	closed   bool
+	done     chan struct{}  // closed by Close
+	retiring sync.WaitGroup // replaced connections in their grace (RedialAfter)
 }
 
 var _ grpc.ClientConnInterface = (*Conn)(nil)
@@ -36,7 +39,7 @@ func Open(target string, opts ...grpc.DialOption) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{target: target, opts: opts, cc: cc, gen: 1}, nil
+	return &Conn{target: target, opts: opts, cc: cc, gen: 1, done: make(chan struct{})}, nil
 }
 
 func (c *Conn) current() *grpc.ClientConn {
@@ -68,7 +71,15 @@ func (c *Conn) Gen() uint64 {
 // codes.Canceled, and streams on it end. It reports whether it replaced
 // the connection; many callers that found the same connection dead
 // replace it once.
-func (c *Conn) Redial(gen uint64) (bool, error) {
+func (c *Conn) Redial(gen uint64) (bool, error) { return c.RedialAfter(gen, 0) }
+
+// RedialAfter is Redial, but the replaced connection is closed only once
+// grace has passed (or the Conn is closed): new RPCs go to the fresh one
+// at once, and those already riding the old one have grace to finish. A
+// link is found half-dead by one attempt that went unanswered, often
+// only slow; the others on it may be answered, and closing it at once
+// would fail them all.
+func (c *Conn) RedialAfter(gen uint64, grace time.Duration) (bool, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -83,20 +94,45 @@ func (c *Conn) Redial(gen uint64) (bool, error) {
 		c.mu.Unlock()
 		return false, err
 	}
+	cc.Connect() // at once, not on its first RPC: the next one finds it ready
 	old := c.cc
 	c.cc, c.gen = cc, c.gen+1
+	if grace <= 0 {
+		c.mu.Unlock()
+		old.Close() // outside mu: it waits for the old transports to go
+		return true, nil
+	}
+	c.retiring.Add(1)
 	c.mu.Unlock()
-	old.Close() // outside mu: it waits for the old transports to go
+	go c.retire(old, grace) // owned: Close waits for it
 	return true, nil
 }
 
-// Close closes the current connection. Idempotent.
+// retire closes a replaced connection after grace, or at once when the
+// Conn is closed.
+func (c *Conn) retire(old *grpc.ClientConn, grace time.Duration) {
+	defer c.retiring.Done()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.done:
+	}
+	old.Close()
+}
+
+// Close closes the current connection, and any replaced one still in its
+// grace. Idempotent.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return nil
 	}
 	c.closed = true
-	return c.cc.Close()
+	close(c.done)
+	err := c.cc.Close()
+	c.mu.Unlock()
+	c.retiring.Wait()
+	return err
 }
