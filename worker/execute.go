@@ -45,9 +45,10 @@ type execution struct {
 
 	mu         sync.Mutex
 	state      int
-	order      *pb.StopCall // why the coordinator stopped the call
-	ownOrder   bool         // order is the worker's own, after it lost its lease
-	last       float64      // last progress sent
+	order      *pb.StopCall  // why the coordinator stopped the call
+	ownOrder   bool          // order is the worker's own, after it lost its lease
+	ordered    chan struct{} // closed once a coordinator's order is set
+	last       float64       // last progress sent
 	anySent    bool
 	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
 	cancelTime time.Time // when the context was first cancelled
@@ -74,6 +75,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		cancel:        cancel,
 		wantsProgress: req.GetProgress(),
 		task:          req.GetTask(),
+		ordered:       make(chan struct{}),
 	}
 	e.toward.init(ctx, req)
 	if err := w.track(e); err != nil {
@@ -205,6 +207,9 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 	}
 	if e.order == nil {
 		e.order, e.ownOrder = o, errors.Is(cause, errLeaseLost)
+		if !e.ownOrder {
+			close(e.ordered)
+		}
 	}
 	at := e.stoppedAt
 	e.mu.Unlock()

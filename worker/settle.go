@@ -46,6 +46,9 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 	case order != nil:
 		return e.endAsOrdered(order, stoppedAt)
 	case e.stream.Context().Err() != nil && !e.task:
+		if order := e.awaitOrder(); order != nil {
+			return e.endAsOrdered(order, stoppedAt)
+		}
 		return e.abandon(pb.Initiator_INITIATOR_DISCONNECT, ReasonCallerGone, stoppedAt)
 	case errors.Is(cause, errShutdown):
 		return e.abandon(pb.Initiator_INITIATOR_SHUTDOWN, "worker shutting down", stoppedAt)
@@ -56,6 +59,27 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 	default:
 		return e.complete(res, stoppedAt)
 	}
+}
+
+// callerGoneWait is how long a worker whose caller went waits for the
+// coordinator's stop order before it cancels the call itself. A gateway
+// closes the Execute stream the moment its cancel wins (the fast path to
+// the handler), and the stop order, the same decision, follows one watch
+// delivery behind: without the wait, about one cancelled call in ten
+// asked to cancel a call already cancelled, an RPC and a Txn for nothing.
+// A caller that is truly gone (its gateway died, the link broke) is
+// cancelled this much later; its handler has stopped already.
+const callerGoneWait = 200 * time.Millisecond
+
+// awaitOrder waits up to callerGoneWait for the coordinator's stop order.
+func (e *execution) awaitOrder() *pb.StopCall {
+	t := time.NewTimer(callerGoneWait)
+	defer t.Stop()
+	select {
+	case <-e.ordered:
+	case <-t.C:
+	}
+	return e.decided()
 }
 
 // endAsOrdered ends a call the coordinator settled without this worker,

@@ -61,7 +61,7 @@ func BenchmarkCancelledCall(b *testing.B) {
 }
 
 // handled is how many RPCs of method the coordinator answered.
-func handled(b *testing.B, reg *prometheus.Registry, method string) float64 {
+func handled(b testing.TB, reg *prometheus.Registry, method string) float64 {
 	mfs, err := reg.Gather()
 	if err != nil {
 		b.Fatal(err)
@@ -85,7 +85,7 @@ func handled(b *testing.B, reg *prometheus.Registry, method string) float64 {
 // awaitIdle polls until the worker runs no handler and has settled its
 // last call (the gauge drops once the settle is done), for at most a
 // minute.
-func awaitIdle(b *testing.B, w *testcluster.Worker) {
+func awaitIdle(b testing.TB, w *testcluster.Worker) {
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
