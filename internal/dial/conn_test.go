@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Redial replaces the connection once per generation, however many
-// callers found it dead, and the fresh one serves RPCs.
-func TestRedialOncePerGeneration(t *testing.T) {
+// openHealth serves gRPC health on loopback for the test, and opens a Conn
+// to it, closed (with the server) when the test ends.
+func openHealth(t *testing.T) *Conn {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -26,14 +26,20 @@ func TestRedialOncePerGeneration(t *testing.T) {
 	srv := grpcserver.New(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), grpcserver.Keepalive{})
 	healthgrpc.RegisterHealthServer(srv, health.NewServer())
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }() // owned: stopped and waited below
-	defer func() { srv.Stop(); <-served }()
-
+	go func() { served <- srv.Serve(lis) }() // owned: stopped and waited at cleanup
+	t.Cleanup(func() { srv.Stop(); <-served })
 	c, err := Open(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Redial replaces the connection once per generation, however many
+// callers found it dead, and the fresh one serves RPCs.
+func TestRedialOncePerGeneration(t *testing.T) {
+	c := openHealth(t)
 	check := func() {
 		t.Helper()
 		r, err := healthgrpc.NewHealthClient(c).Check(t.Context(), &healthpb.HealthCheckRequest{})
@@ -64,21 +70,7 @@ func TestRedialOncePerGeneration(t *testing.T) {
 // then the old connection closes and the stream ends. Close ends a grace
 // at once.
 func TestRedialAfterLetsTheOldConnectionFinish(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpcserver.New(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), grpcserver.Keepalive{})
-	healthgrpc.RegisterHealthServer(srv, health.NewServer())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }() // owned: stopped and waited below
-	defer func() { srv.Stop(); <-served }()
-
-	c, err := Open(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openHealth(t)
 	watch := func() healthgrpc.Health_WatchClient {
 		t.Helper()
 		w, err := healthgrpc.NewHealthClient(c).Watch(t.Context(), &healthpb.HealthCheckRequest{})
@@ -97,7 +89,7 @@ func TestRedialAfterLetsTheOldConnectionFinish(t *testing.T) {
 		t.Fatalf("RedialAfter = %v, %v", ok, err)
 	}
 	fresh := watch() // on the fresh connection, during the old one's grace
-	_, err = old.Recv()
+	_, err := old.Recv()
 	if took := time.Since(redialled); status.Code(err) != codes.Canceled || took < grace {
 		t.Fatalf("the old connection's stream ended after %v with %v; want Canceled after its %v grace", took, err, grace)
 	}
