@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -25,38 +24,13 @@ func TestCallerGoneWaitsForTheStopOrder(t *testing.T) {
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
 	link := faultproxy.Start(t, coord.Addr)
-	started := make(chan struct{}, 1)
-	w := testcluster.StartWorker(t, worker.Options{Coordinator: link.Addr(), Name: "gone"}, func(w *worker.Worker) {
-		w.Handle(worker.Tool{Name: "wait"}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
-			started <- struct{}{}
-			<-ctx.Done()
-			return nil, ctx.Err()
-		})
-	})
+	c := coord.Client(t)
+	wt := startWaitCalls(t, c, link.Addr(), "gone")
 	link.Set(faultproxy.Delay, 50*time.Millisecond)
-	c, wc := coord.Client(t), w.Client(t)
 	run := func(id int64, cancel bool) *pb.Call {
 		t.Helper()
-		k := &pb.CallKey{Scope: "conn:gone", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: id}}}
-		bg, err := c.Begin(t.Context(), &pb.BeginRequest{Key: k, Tool: "wait"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, closeStream := context.WithCancel(t.Context())
-		defer closeStream()
-		if _, err := wc.Execute(ctx, &pb.ExecuteRequest{CallId: bg.CallId, Fence: bg.Fence, Tool: "wait", Worker: bg.Worker, Deadline: bg.Deadline}); err != nil {
-			t.Fatal(err)
-		}
-		<-started
-		if cancel {
-			resp, err := c.Cancel(t.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: "the client's"})
-			if err != nil || resp.GetResult() != pb.CancelResult_CANCEL_RESULT_CANCELLED {
-				t.Fatalf("cancel: %v %v", resp, err)
-			}
-		}
-		closeStream()
-		awaitIdle(t, w)
-		got, err := c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: bg.CallId}})
+		callID := wt.end(t, id, cancel)
+		got, err := c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: callID}})
 		if err != nil {
 			t.Fatal(err)
 		}

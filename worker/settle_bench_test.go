@@ -1,17 +1,14 @@
 package worker_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
-	"github.com/mcpcancel/mcpcancel/worker"
 )
 
 // Run: go test ./worker -run '^$' -bench CancelledCall -count 6
@@ -26,35 +23,12 @@ import (
 func BenchmarkCancelledCall(b *testing.B) {
 	cl := etcdtest.Single(b)
 	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
-	started := make(chan struct{}, 1)
-	w := testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, func(w *worker.Worker) {
-		w.Handle(worker.Tool{Name: "wait"}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
-			started <- struct{}{}
-			<-ctx.Done()
-			return nil, ctx.Err()
-		})
-	})
-	c, wc := coord.Client(b), w.Client(b)
+	wt := startWaitCalls(b, coord.Client(b), coord.Addr, "bench")
 	before := handled(b, coord.Server.Registry(), "Cancel")
 	i := int64(0)
 	for b.Loop() {
 		i++
-		k := &pb.CallKey{Scope: "conn:bench", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: i}}}
-		bg, err := c.Begin(b.Context(), &pb.BeginRequest{Key: k, Tool: "wait"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, closeStream := context.WithCancel(b.Context())
-		if _, err := wc.Execute(ctx, &pb.ExecuteRequest{CallId: bg.CallId, Fence: bg.Fence, Tool: "wait", Worker: bg.Worker, Deadline: bg.Deadline}); err != nil {
-			b.Fatal(err)
-		}
-		<-started
-		resp, err := c.Cancel(b.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_CLIENT})
-		if err != nil || resp.GetResult() != pb.CancelResult_CANCEL_RESULT_CANCELLED {
-			b.Fatalf("cancel: %v %v", resp, err)
-		}
-		closeStream()
-		awaitIdle(b, w)
+		wt.end(b, i, true)
 	}
 	extra := handled(b, coord.Server.Registry(), "Cancel") - before - float64(b.N)
 	b.ReportMetric(extra/float64(b.N), "cancels/call")
