@@ -39,12 +39,19 @@ type halfDeadStack struct {
 
 func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
 	st, g := startHalfDeadStack(t, gw, nil)
-	select { // else a call asks ListTools, not Begin, into the fault
-	case <-g.ToolsArrived():
-	case <-time.After(15 * time.Second):
-		t.Fatal("the gateway's tool watch never delivered")
-	}
+	awaitTools(t, g, 15*time.Second) // else a call asks ListTools, not Begin, into the fault
 	return st
+}
+
+// awaitTools waits for g's tool watch to deliver, failing the test after
+// within.
+func awaitTools(t *testing.T, g *gateway.Gateway, within time.Duration) {
+	t.Helper()
+	select {
+	case <-g.ToolsArrived():
+	case <-time.After(within):
+		t.Fatalf("the gateway's tool watch did not deliver within %v", within)
+	}
 }
 
 // startHalfDeadStack starts the stack, calling before (if not nil) with
@@ -205,11 +212,7 @@ func TestHalfDeadCoordinatorLinkBeforeTools(t *testing.T) {
 	default:
 		t.Fatal("the gateway never redialled its coordinator link")
 	}
-	select { // the watch, cut off by the redial, opens again on the fresh connection
-	case <-g.ToolsArrived():
-	case <-time.After(halfDeadBound):
-		t.Fatal("the tool watch did not deliver after the redial")
-	}
+	awaitTools(t, g, halfDeadBound) // the watch, cut off by the redial, opens again on the fresh connection
 }
 
 // The quiet-stream probe of a call that sends nothing (no progress token)
@@ -274,11 +277,7 @@ func TestRedialSparesTheOtherCallsOnTheLink(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	g, url := testcluster.StartGateway(t, nil, gateway.Options{Name: "gw-slow", CoordinatorConn: conn})
-	select {
-	case <-g.ToolsArrived():
-	case <-time.After(15 * time.Second):
-		t.Fatal("the gateway's tool watch never delivered")
-	}
+	awaitTools(t, g, 15*time.Second)
 	sid := openSession(t, url)
 
 	etcdLink.Set(faultproxy.Blackhole, 0)
