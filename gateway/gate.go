@@ -37,7 +37,11 @@ func (c *call) requestCancel(who pb.Initiator, reason string) {
 		c.ownCancel = true
 	}
 	if c.state != running || c.pending != nil {
+		late := c.lateCancel(who)
 		c.mu.Unlock()
+		if late {
+			c.sendCancel(&cancelOrder{who: who, reason: reason}) // completion won; the coordinator audits the cancel it lost
+		}
 		return
 	}
 	o := &cancelOrder{who: who, reason: reason}
@@ -47,6 +51,20 @@ func (c *call) requestCancel(who pb.Initiator, reason string) {
 	if begun != nil {
 		c.sendCancel(o)
 	}
+}
+
+// lateCancel says whether a client's cancel arrived after the call's
+// result was answered but before the call left the session (its response
+// is flushed first), and is the first to: it still goes to the
+// coordinator, which audits it as cancel_lost, as it would a cancel
+// arriving a moment later. Callers hold c.mu.
+func (c *call) lateCancel(who pb.Initiator) bool {
+	late := who == pb.Initiator_INITIATOR_CLIENT && c.state == answered && c.pending == nil && !c.lateSent &&
+		c.begun != nil && (c.outcome == outcomeCompleted || c.outcome == outcomeToolError)
+	if late {
+		c.lateSent = true
+	}
+	return late
 }
 
 // sendCancel asks the coordinator; it reports whether the cancel won.

@@ -2,13 +2,16 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 )
 
@@ -21,11 +24,18 @@ type stdioConn struct {
 
 func serveStdio(t *testing.T, g *gateway.Gateway) *stdioConn {
 	t.Helper()
+	return serveStdioVia(t, g, func(w io.Writer) io.Writer { return w })
+}
+
+// serveStdioVia is serveStdio with the gateway's stdout passed through
+// wrap first.
+func serveStdioVia(t *testing.T, g *gateway.Gateway, wrap func(io.Writer) io.Writer) *stdioConn {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &stdioConn{in: inW, lines: make(chan map[string]any, 1000), done: make(chan error, 1)}
 	go func() { // owned: ends when stdin is closed (below, or in the test)
-		c.done <- g.ServeStdio(context.Background(), inR, outW)
+		c.done <- g.ServeStdio(context.Background(), inR, wrap(outW))
 		outW.Close()
 	}()
 	go func() { // owned: ends when ServeStdio closes stdout
@@ -154,5 +164,62 @@ func TestStdioCancellationRules(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no audit record for call 3")
+	}
+}
+
+// heldWriter holds the first write that contains marker until release is
+// closed, and closes held when it starts holding.
+type heldWriter struct {
+	w       io.Writer
+	marker  []byte
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, h.marker) {
+		h.once.Do(func() {
+			close(h.held)
+			<-h.release
+		})
+	}
+	return h.w.Write(p)
+}
+
+// A client's cancel that arrives after its call's result was queued, while
+// the response is still being written (the call has not yet left the
+// session), is a late cancel like one a moment later: completion won, the
+// result goes out, and the cancel is audited once as cancel_lost.
+func TestLateCancelWhileTheResultIsWritten(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: time.Hour, WriteTimeout: time.Minute})
+	t.Cleanup(func() { g.Close() })
+	h := &heldWriter{marker: []byte(`"id":1,"result"`), held: make(chan struct{}), release: make(chan struct{})}
+	c := serveStdioVia(t, g, func(w io.Writer) io.Writer { h.w = w; return h })
+	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if m := c.next(t); m["result"] == nil {
+		t.Fatalf("initialize = %v", m)
+	}
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`)
+	<-h.held
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"too late"}}`)
+	var as []*coordinator.AuditRecord
+	waitFor(t, "the cancel_lost record", func() bool {
+		for _, recs := range st.allAudits(t) {
+			if recs[0].Tool == "echo" && string(recs[0].RequestID) == "1" && len(recs) == 2 {
+				as = recs
+				return true
+			}
+		}
+		return false
+	})
+	close(h.release)
+	if m := c.next(t); m["id"] != float64(1) || m["result"] == nil {
+		t.Fatalf("call 1 = %v, want its result", m)
+	}
+	if as[0].Outcome != "completed" || as[1].Outcome != "cancel_lost" || as[1].Reason != "too late" || as[1].Initiator != "client" {
+		t.Fatalf("audit = %+v, %+v", as[0], as[1])
 	}
 }
