@@ -176,8 +176,10 @@ type cancelParams struct {
 // clientCancelled handles notifications/cancelled. It is never answered.
 // A cancel for a request this gateway holds goes through the call's gate;
 // one for a request it does not hold may name a call on another replica
-// of the same session, so it still asks the coordinator, in this scope
-// only. Malformed ones are ignored.
+// of the same session, or one that has just ended here, so it still asks
+// the coordinator, in this scope only: a cancel that lost to completion is
+// audited once as cancel_lost, on every transport. Malformed ones are
+// ignored.
 func (s *session) clientCancelled(raw json.RawMessage) {
 	var p cancelParams
 	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
@@ -208,10 +210,6 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		s.g.metrics.cancel(cancelWrongDirection) // the id of a request we sent; not the client's to cancel
 		return
 	}
-	if !s.remoteCalls() {
-		s.g.metrics.cancel(cancelUnknown) // no other replica can hold a call of this scope
-		return
-	}
 	// Take the token before the lookup, so that concurrent cancels cannot
 	// all pass the check; a lookup that finds its call gives it back.
 	if !s.takeLookup() {
@@ -225,7 +223,7 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: reason, Principal: s.principal,
 	})
 	if err != nil {
-		s.g.log.Warn("cancel for a call on another replica failed", "scope", s.scope, "err", err)
+		s.g.log.Warn("cancel for a call this gateway does not hold failed", "scope", s.scope, "err", err)
 		return
 	}
 	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_CANCELLED {

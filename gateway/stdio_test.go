@@ -222,4 +222,26 @@ func TestLateCancelWhileTheResultIsWritten(t *testing.T) {
 	if as[0].Outcome != "completed" || as[1].Outcome != "cancel_lost" || as[1].Reason != "too late" || as[1].Initiator != "client" {
 		t.Fatalf("audit = %+v, %+v", as[0], as[1])
 	}
+	// A cancel after the call has left the connection is audited the same
+	// way, though no other replica can hold a call of a stdio connection.
+	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"again"}}}`)
+	if m := c.next(t); m["id"] != float64(2) || m["result"] == nil {
+		t.Fatalf("call 2 = %v, want its result", m)
+	}
+	waitFor(t, "call 2 to leave the connection", func() bool {
+		return metric(t, g, "mcpcancel_gateway_calls_in_flight") == 0
+	})
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"later still"}}`)
+	waitFor(t, "call 2's cancel_lost record", func() bool {
+		for _, recs := range st.allAudits(t) {
+			if recs[0].Tool == "echo" && string(recs[0].RequestID) == "2" && len(recs) == 2 {
+				as = recs
+				return true
+			}
+		}
+		return false
+	})
+	if as[1].Outcome != "cancel_lost" || as[1].Reason != "later still" {
+		t.Fatalf("call 2 audit = %+v, %+v", as[0], as[1])
+	}
 }
