@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -63,8 +64,27 @@ type Member struct {
 	closeOnce sync.Once
 }
 
-// Start starts a member and waits until it serves clients.
+// pickTries bounds how often Start picks fresh ports for a member whose
+// picked port was taken between the pick and etcd's bind.
+const pickTries = 5
+
+// Start starts a member and waits until it serves clients. A port it
+// picked that another process took before etcd could bind it is picked
+// again.
 func Start(ctx context.Context, opts Options) (*Member, error) {
+	for try := 1; ; try++ {
+		m, err := start(ctx, opts)
+		if !AddrInUse(err) || opts.ClientAddr != "" && opts.PeerAddr != "" || try == pickTries {
+			return m, err
+		}
+	}
+}
+
+// AddrInUse says whether err is a listener finding its address taken:
+// with picked ports, a race lost to another process, worth a new pick.
+func AddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }
+
+func start(ctx context.Context, opts Options) (*Member, error) {
 	cfg, m, err := config(opts)
 	if err != nil {
 		return nil, err
@@ -151,8 +171,9 @@ func (m *Member) Name() string { return m.name }
 func (m *Member) Close() { m.closeOnce.Do(m.Etcd.Close) }
 
 // FreeAddrs reserves n distinct free loopback TCP addresses. The ports are
-// released before return, so another process could take one; tests that
-// lose that race fail loudly at start and can be re-run.
+// released before return, so another process could take one before etcd
+// binds it: Start picks again when it picked, and a caller that passes
+// the addresses retries on AddrInUse.
 func FreeAddrs(n int) ([]string, error) {
 	var addrs []string
 	var ls []net.Listener

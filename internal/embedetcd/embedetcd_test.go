@@ -3,6 +3,7 @@ package embedetcd
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -58,5 +59,23 @@ func TestMemberCompactsItself(t *testing.T) {
 			t.Fatal("the member never compacted its history")
 		case <-tick.C:
 		}
+	}
+}
+
+// A port that is taken fails the start with an error AddrInUse knows, so
+// that a port Start picked, and lost to another process before etcd bound
+// it, is picked again; a member given that port is not retried.
+func TestTakenPortIsAddrInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, err = Start(t.Context(), Options{Dir: t.TempDir(), Fast: true, NoFsync: true, ClientAddr: held.Addr().String()})
+	if !AddrInUse(err) {
+		t.Fatalf("Start on a taken client port = %v, want an address-in-use error", err)
+	}
+	if AddrInUse(ErrNotReady) {
+		t.Fatal("AddrInUse(ErrNotReady) = true")
 	}
 }

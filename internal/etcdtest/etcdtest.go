@@ -4,6 +4,8 @@
 package etcdtest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -32,26 +34,50 @@ type Options struct {
 // shutdown with t.Cleanup.
 func Start(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
+	c := &Cluster{t: t}
+	t.Cleanup(c.Close)
+	for try := 1; ; try++ {
+		members, err := start(t, n, opts)
+		if err == nil {
+			c.Members = members
+			return c
+		}
+		if !embedetcd.AddrInUse(err) || try == startTries {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startTries bounds how often Start picks fresh peer ports for a cluster
+// one of whose picked ports another process took before etcd bound it.
+const startTries = 5
+
+// start starts n members on freshly picked peer ports. If one fails, the
+// others are stopped (they would wait for it in vain) and the first error
+// is returned.
+func start(t testing.TB, n int, opts Options) ([]*embedetcd.Member, error) {
 	peers, err := embedetcd.FreeAddrs(n)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var initial []string
 	for i, p := range peers {
 		initial = append(initial, fmt.Sprintf("m%d=http://%s", i, p))
 	}
-	c := &Cluster{t: t}
 	// One member elects itself at once; several need elections that a
 	// loaded CI machine (2 cores, -race) does not starve into flapping.
 	tick, election := uint(10), uint(50)
 	if n > 1 {
 		tick, election = 25, 400
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	started := make(chan result, n)
 	for i := range n {
-		go func() {
-			m, err := embedetcd.Start(t.Context(), embedetcd.Options{
-				Dir:            t.TempDir(),
+		dir := t.TempDir()
+		go func() { // owned: answers on started, which start drains
+			m, err := embedetcd.Start(ctx, embedetcd.Options{
+				Dir:            dir,
 				Name:           fmt.Sprintf("m%d", i),
 				PeerAddr:       peers[i],
 				InitialCluster: strings.Join(initial, ","),
@@ -60,22 +86,30 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 				NoFsync:        !opts.Fsync,
 				Logger:         zap.NewNop(),
 			})
+			if err != nil {
+				cancel() // the others cannot form the cluster without it
+			}
 			started <- result{m, err}
 		}()
 	}
+	var members []*embedetcd.Member
+	var first error
 	for range n {
 		r := <-started
-		if r.err != nil {
-			t.Error(r.err)
-			continue
+		switch {
+		case r.err == nil:
+			members = append(members, r.m)
+		case first == nil || errors.Is(first, context.Canceled):
+			first = r.err
 		}
-		c.Members = append(c.Members, r.m)
 	}
-	t.Cleanup(c.Close)
-	if t.Failed() {
-		t.FailNow()
+	if first != nil {
+		for _, m := range members {
+			m.Close()
+		}
+		return nil, first
 	}
-	return c
+	return members, nil
 }
 
 type result struct {
