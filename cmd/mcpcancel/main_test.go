@@ -23,6 +23,11 @@ const testVersion = "v0.0.0-clitest"
 // binary is the mcpcancel binary built for these tests.
 var binary string
 
+// childTmp is the children's TMPDIR, removed with the binary: a test that
+// kills `mcpcancel dev` leaves its temporary etcd data (over 100 MB) there
+// rather than in the machine's /tmp.
+var childTmp string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "mcpcancel-cli-")
 	if err != nil {
@@ -42,6 +47,11 @@ func TestMain(m *testing.M) {
 
 func buildAndRun(m *testing.M, dir string) int {
 	binary = filepath.Join(dir, "mcpcancel")
+	childTmp = filepath.Join(dir, "tmp")
+	if err := os.Mkdir(childTmp, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	args := []string{"build", "-o", binary, "-ldflags", "-X github.com/mcpcancel/mcpcancel/internal/cmdline.version=" + testVersion}
 	if raceEnabled() {
 		args = append(args, "-race")
@@ -70,10 +80,10 @@ func raceEnabled() bool {
 }
 
 // command runs the binary with this process's environment, less the race
-// detector's one-second pause at exit.
+// detector's one-second pause at exit, with TMPDIR in childTmp.
 func command(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "TMPDIR="+childTmp)
 	return cmd
 }
 
