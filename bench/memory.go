@@ -41,6 +41,11 @@ type deployment struct {
 }
 
 func startDeployment(ctx context.Context, dir, bin string, calls int, profileDir string) (_ *deployment, err error) {
+	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	d := &deployment{hc: &http.Client{Timeout: 60 * time.Second}, profileDir: profileDir}
 	defer func() {
 		if err != nil {
