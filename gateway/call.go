@@ -97,13 +97,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 }
 
 func (c *call) run(p *routed) {
-	g := c.s.g
-	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
-	defer cancel()
-	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
-		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
-		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
-	})
+	begun, err := c.begin(p)
 	if err != nil {
 		c.beginFailed(err, p)
 		return
@@ -138,6 +132,18 @@ func (c *call) run(p *routed) {
 		}
 		begun = next
 	}
+}
+
+// begin asks the coordinator to place the call. Its context ends with
+// the answer, so that nothing of it stays with a call that runs for long.
+func (c *call) begin(p *routed) (*pb.BeginResponse, error) {
+	g := c.s.g
+	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
+	defer cancel()
+	return g.coord.Begin(ctx, &pb.BeginRequest{
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
+		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
+	})
 }
 
 // retry places a call that failed because its worker was lost once more,
