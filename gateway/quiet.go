@@ -17,55 +17,100 @@ import (
 // a retry elsewhere). A completed call's result is on its way (the worker
 // sends it once it learns its completion won, which may take a retry when
 // a reply was lost), so it gets half an interval more; if nothing comes,
-// the client is told its result was lost, while the record still says so. heard notes a message on the
-// stream; end stops the watch and waits for it.
+// the client is told its result was lost, while the record still says
+// so. heard notes a message on the stream; stop ends the watch and waits
+// for a probe in progress.
 func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (heard, stop func()) {
 	return quietWatch(c.s.g.opts.ProbeInterval, func() pb.CallState { return c.stateOf(begun.GetCallId()) }, end)
 }
 
 // quietWatch is watchQuiet's timer logic: it asks stateOf after every
 // interval without a heard message (half an interval after seeing the
-// call COMPLETED), and calls end as watchQuiet says.
+// call COMPLETED), and calls end as watchQuiet says. It is a timer, not a
+// goroutine: a call holds no stack for it while it runs, and a probe runs
+// only when the stream has been quiet.
 func quietWatch(interval time.Duration, stateOf func() pb.CallState, end context.CancelFunc) (heard, stop func()) {
-	events := make(chan struct{}, 1)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTimer(interval)
-		defer t.Stop()
-		completed := false // seen COMPLETED with no message since
-		for {
-			select {
-			case <-done:
-				return
-			case <-events:
-				completed = false
-				t.Reset(interval)
-			case <-t.C:
-				switch stateOf() {
-				case pb.CallState_CALL_STATE_CANCELLED, pb.CallState_CALL_STATE_FAILED:
-					end()
-					return
-				case pb.CallState_CALL_STATE_COMPLETED:
-					if completed {
-						end() // its result did not come: it was lost on the way
-						return
-					}
-					completed = true
-					t.Reset(interval / 2)
-					continue
-				}
-				t.Reset(interval)
-			}
-		}
-	})
-	heard = func() {
-		select {
-		case events <- struct{}{}:
-		default:
-		}
+	q := &quiet{interval: interval, stateOf: stateOf, end: end}
+	q.mu.Lock()
+	q.t = time.AfterFunc(interval, q.probe)
+	q.mu.Unlock()
+	return q.heard, q.stop
+}
+
+// quiet is one call's quiet-stream watch.
+type quiet struct {
+	interval time.Duration
+	stateOf  func() pb.CallState
+	end      context.CancelFunc
+	probing  sync.WaitGroup // a probe in progress, which stop waits for
+
+	mu        sync.Mutex
+	t         *time.Timer
+	heardSeq  int  // messages heard; a probe that saw one arrive meanwhile is stale
+	completed bool // seen COMPLETED with no message since
+	stopped   bool
+}
+
+func (q *quiet) heard() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.heardSeq++
+	q.completed = false
+	if !q.stopped {
+		q.t.Reset(q.interval)
 	}
-	return heard, func() { close(done); wg.Wait() }
+}
+
+// probe runs when the timer fires: it asks for the call's state and acts
+// on it. A call found decided without its worker ends the stream; for
+// one found running or completed, a message heard while it asked (heard
+// has set the timer again) makes the answer stale.
+func (q *quiet) probe() {
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		return
+	}
+	q.probing.Add(1) // under mu, before stop can set stopped: stop's Wait sees it
+	seq := q.heardSeq
+	q.mu.Unlock()
+	defer q.probing.Done()
+	if q.ends(q.stateOf(), seq) {
+		q.end()
+	}
+}
+
+// ends records what a probe found and says whether the stream must end.
+func (q *quiet) ends(state pb.CallState, seq int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.stopped:
+		return false
+	case state == pb.CallState_CALL_STATE_CANCELLED || state == pb.CallState_CALL_STATE_FAILED:
+		q.stopped = true
+		return true
+	case q.heardSeq != seq:
+		return false
+	case state == pb.CallState_CALL_STATE_COMPLETED && q.completed:
+		q.stopped = true
+		return true // its result did not come: it was lost on the way
+	case state == pb.CallState_CALL_STATE_COMPLETED:
+		q.completed = true
+		q.t.Reset(q.interval / 2)
+	default:
+		q.t.Reset(q.interval)
+	}
+	return false
+}
+
+// stop ends the watch and waits for a probe in progress.
+func (q *quiet) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.t.Stop()
+	q.mu.Unlock()
+	q.probing.Wait()
 }
 
 // probeTimeout bounds one probe: a read takes milliseconds, and a replica
