@@ -205,16 +205,7 @@ func TestLateCancelWhileTheResultIsWritten(t *testing.T) {
 	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`)
 	<-h.held
 	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"too late"}}`)
-	var as []*coordinator.AuditRecord
-	waitFor(t, "the cancel_lost record", func() bool {
-		for _, recs := range st.allAudits(t) {
-			if recs[0].Tool == "echo" && string(recs[0].RequestID) == "1" && len(recs) == 2 {
-				as = recs
-				return true
-			}
-		}
-		return false
-	})
+	as := awaitEchoAudits(t, st, "1")
 	close(h.release)
 	if m := c.next(t); m["id"] != float64(1) || m["result"] == nil {
 		t.Fatalf("call 1 = %v, want its result", m)
@@ -232,16 +223,25 @@ func TestLateCancelWhileTheResultIsWritten(t *testing.T) {
 		return metric(t, g, "mcpcancel_gateway_calls_in_flight") == 0
 	})
 	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"later still"}}`)
-	waitFor(t, "call 2's cancel_lost record", func() bool {
+	as = awaitEchoAudits(t, st, "2")
+	if as[1].Outcome != "cancel_lost" || as[1].Reason != "later still" {
+		t.Fatalf("call 2 audit = %+v, %+v", as[0], as[1])
+	}
+}
+
+// awaitEchoAudits waits for the echo call with this request id to have
+// two audit records, its decision and a cancel_lost, and returns them.
+func awaitEchoAudits(t *testing.T, st *stack, id string) []*coordinator.AuditRecord {
+	t.Helper()
+	var as []*coordinator.AuditRecord
+	waitFor(t, "the cancel_lost record of call "+id, func() bool {
 		for _, recs := range st.allAudits(t) {
-			if recs[0].Tool == "echo" && string(recs[0].RequestID) == "2" && len(recs) == 2 {
+			if recs[0].Tool == "echo" && string(recs[0].RequestID) == id && len(recs) == 2 {
 				as = recs
 				return true
 			}
 		}
 		return false
 	})
-	if as[1].Outcome != "cancel_lost" || as[1].Reason != "later still" {
-		t.Fatalf("call 2 audit = %+v, %+v", as[0], as[1])
-	}
+	return as
 }
