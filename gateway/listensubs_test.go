@@ -108,10 +108,15 @@ func newSubStack(t testing.TB) *subStack {
 	st := &subStack{cli: cl, srv: &subServer{events: make(chan subEvent, 64), subs: map[string]map[string]bool{}}}
 	testcluster.StartWorker(t, worker.Options{Coordinator: c1.Addr, Name: "res"}, st.srv.register)
 	cc0, cc1 := c0.Client(t), c1.Client(t)
-	testcluster.WaitFor(t, "the resources", func() bool {
-		resp, err := cc0.ListTools(t.Context(), &pb.ListToolsRequest{})
-		return err == nil && len(resp.GetOffers()) > 0 && len(resp.GetTools()) > 0
-	})
+	// Both replicas' catalogues, each gateway's first: a replica whose
+	// view lagged would send its gateway the full list later, as a change,
+	// and a listen for toolsListChanged would hear it.
+	for _, cc := range []pb.CoordinatorServiceClient{cc0, cc1} {
+		testcluster.WaitFor(t, "the resources", func() bool {
+			resp, err := cc.ListTools(t.Context(), &pb.ListToolsRequest{})
+			return err == nil && len(resp.GetOffers()) > 0 && len(resp.GetTools()) > 0
+		})
+	}
 	st.gA, st.urlA = testcluster.StartGateway(t, cc0, gateway.Options{Name: "gA"})
 	st.gB, st.urlB = testcluster.StartGateway(t, cc1, gateway.Options{Name: "gB"})
 	return st
