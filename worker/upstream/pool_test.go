@@ -15,9 +15,11 @@ import (
 )
 
 // client is a Go SDK client of the gateway: one 2025-era HTTP session,
-// with the log messages it received.
+// with the log messages it received, and a tick for each progress
+// notification.
 type client struct {
-	sess *mcp.ClientSession
+	sess     *mcp.ClientSession
+	progress chan struct{}
 
 	mu   sync.Mutex
 	logs []*mcp.LoggingMessageParams
@@ -25,8 +27,14 @@ type client struct {
 
 func (st *stack) connect(t testing.TB) *client {
 	t.Helper()
-	c := &client{}
+	c := &client{progress: make(chan struct{}, 16)}
 	cl := mcp.NewClient(&mcp.Implementation{Name: "pool-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case c.progress <- struct{}{}:
+			default:
+			}
+		},
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			if rootsLog(r.Params) {
 				return // its answer to our roots/list, once per session: not what these tests count
@@ -178,8 +186,10 @@ func TestPerClientPoolFull(t *testing.T) {
 	a.text(t, "echo", map[string]any{"message": "warm"})
 	first := st.adapter.SessionPIDs()
 	long := make(chan string, 1)
+	params := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3}}
+	params.SetProgressToken("long")
 	go func() { // ends with the call, waited below
-		res, err := a.sess.CallTool(context.Background(), &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 3, "steps": 3}})
+		res, err := a.sess.CallTool(context.Background(), params)
 		switch {
 		case err != nil:
 			long <- err.Error()
@@ -189,10 +199,14 @@ func TestPerClientPoolFull(t *testing.T) {
 			long <- "ok"
 		}
 	}()
-	testcluster.WaitFor(t, "the long call to be running", func() bool {
-		resp, err := st.coord.ListWorkers(t.Context(), nil)
-		return err == nil && len(resp.GetWorkers()) == 1 && resp.GetWorkers()[0].GetInFlight() == 1
-	})
+	// Its first progress is from the upstream: the call holds the upstream
+	// session. (The worker counting it in flight is not enough: until the
+	// call reaches the pool, the session is idle and b's call may take it.)
+	select {
+	case <-a.progress:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no progress from the long call")
+	}
 	if got := b.text(t, "echo", map[string]any{"message": "b"}); !strings.Contains(got, "every upstream session is busy") {
 		t.Fatalf("second client's call while the pool is full: %q", got)
 	}
