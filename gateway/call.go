@@ -49,7 +49,6 @@ type call struct {
 	// the request's stream). It is never answered a cancellation then,
 	// whoever's got recorded, even if its own Cancel could not be sent.
 	ownCancel bool
-	lateSent  bool // a client's cancel that came after the answer went to the coordinator (gate.go)
 
 	toward toward // requests toward the client (outbound.go)
 }

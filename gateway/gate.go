@@ -30,19 +30,20 @@ type cancelOrder struct {
 }
 
 // requestCancel asks for the call to be cancelled. Before Begin has
-// returned it is remembered and sent once the call exists.
-func (c *call) requestCancel(who pb.Initiator, reason string) {
+// returned it is remembered and sent once the call exists. It reports
+// false when the call's answer has already gone out and no cancel was
+// sent for it: this one lost, and only the coordinator can record that
+// (the call stays in its session until the answer is written, so such a
+// cancel can still find it here).
+func (c *call) requestCancel(who pb.Initiator, reason string) bool {
 	c.mu.Lock()
 	if who == pb.Initiator_INITIATOR_CLIENT {
 		c.ownCancel = true
 	}
 	if c.state != running || c.pending != nil {
-		late := c.lateCancel(who)
+		lost := c.state == answered && c.pending == nil // with a cancel pending, the coordinator has heard one
 		c.mu.Unlock()
-		if late {
-			c.sendCancel(&cancelOrder{who: who, reason: reason}) // completion won; the coordinator audits the cancel it lost
-		}
-		return
+		return !lost
 	}
 	o := &cancelOrder{who: who, reason: reason}
 	c.pending, c.state = o, cancelling
@@ -51,20 +52,7 @@ func (c *call) requestCancel(who pb.Initiator, reason string) {
 	if begun != nil {
 		c.sendCancel(o)
 	}
-}
-
-// lateCancel says whether a client's cancel arrived after the call's
-// result was answered but before the call left the session (its response
-// is flushed first), and is the first to: it still goes to the
-// coordinator, which audits it as cancel_lost, as it would a cancel
-// arriving a moment later. Callers hold c.mu.
-func (c *call) lateCancel(who pb.Initiator) bool {
-	late := who == pb.Initiator_INITIATOR_CLIENT && c.state == answered && c.pending == nil && !c.lateSent &&
-		c.begun != nil && (c.outcome == outcomeCompleted || c.outcome == outcomeToolError)
-	if late {
-		c.lateSent = true
-	}
-	return late
+	return true
 }
 
 // sendCancel asks the coordinator; it reports whether the cancel won.

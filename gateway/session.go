@@ -202,11 +202,12 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	_, outbound := s.outbound[id.Key()]
 	s.mu.Unlock()
 	outbound = outbound || s.isOutbound(id)
-	if c != nil {
-		c.requestCancel(pb.Initiator_INITIATOR_CLIENT, reason)
-		return
-	}
-	if outbound {
+	switch {
+	case c != nil:
+		if c.requestCancel(pb.Initiator_INITIATOR_CLIENT, reason) {
+			return
+		} // else its answer went out: the lookup below records the lost cancel
+	case outbound:
 		s.g.metrics.cancel(cancelWrongDirection) // the id of a request we sent; not the client's to cancel
 		return
 	}
