@@ -35,25 +35,31 @@ import (
 func secureEtcd(t *testing.T, ca *testpki.CA) (endpoint, password string) {
 	t.Helper()
 	server := ca.Issue(t, "etcd", "etcd-server")
-	addrs, err := embedetcd.FreeAddrs(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cu, _ := url.Parse("https://" + addrs[0])
-	pu, _ := url.Parse("http://" + addrs[1])
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	cfg.TickMs, cfg.ElectionMs = 10, 50
-	cfg.UnsafeNoFsync = true
-	cfg.BcryptCost = 4 // the least: a slow password check outlives etcd's Close under -race
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: server.Cert, KeyFile: server.Key, TrustedCAFile: server.CA, ClientCertAuth: true}
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
+	var e *embed.Etcd
+	var cu *url.URL
+	// The ports are free when picked, but another process may bind one
+	// before etcd does: pick again then, as embedetcd.Start does.
+	for try := 1; e == nil; try++ {
+		addrs, err := embedetcd.FreeAddrs(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := embed.NewConfig()
+		cfg.Dir = t.TempDir()
+		cu, _ = url.Parse("https://" + addrs[0])
+		pu, _ := url.Parse("http://" + addrs[1])
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+		cfg.InitialCluster = cfg.Name + "=" + pu.String()
+		cfg.TickMs, cfg.ElectionMs = 10, 50
+		cfg.UnsafeNoFsync = true
+		cfg.BcryptCost = 4 // the least: a slow password check outlives etcd's Close under -race
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: server.Cert, KeyFile: server.Key, TrustedCAFile: server.CA, ClientCertAuth: true}
+		e, err = embed.StartEtcd(cfg)
+		if err != nil && (try == 5 || !embedetcd.AddrInUse(err)) {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(e.Close)
 	select {
