@@ -121,7 +121,10 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	wl := s.keepWorkerLease(lease, hello.GetSendsHeartbeats())
+	wl, err := s.keepWorkerLease(lease, hello.GetSendsHeartbeats())
+	if err != nil {
+		return toStatus(err) // the lease lives out its TTL
+	}
 	// Once the stream ends the lease lives out its TTL, for the worker to
 	// re-attach and adopt it; a Detach revokes it first.
 	defer wl.Orphan()
@@ -138,7 +141,9 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	}
 	// Recv cannot be interrupted: the receiver ends when the stream does,
 	// right after Attach returns, so the server owns it, not this handler.
-	s.bg.Go(func() { s.receive(ctx, stream, a) })
+	if !s.bg.Go(func() { s.receive(ctx, stream, a) }) {
+		return toStatus(errStopping)
+	}
 	err = s.serveAttachment(ctx, stream, a)
 	cancel(err)
 	return s.attachEnd(a, context.Cause(ctx))
@@ -156,10 +161,12 @@ func (s *Server) firstMessage(stream pb.CoordinatorService_AttachServer) (*pb.At
 		err error
 	}
 	got := make(chan recv, 1)
-	s.bg.Go(func() {
+	if !s.bg.Go(func() {
 		m, err := stream.Recv()
 		got <- recv{m, err}
-	})
+	}) {
+		return nil, toStatus(errStopping)
+	}
 	t := time.NewTimer(firstMessageTimeout)
 	defer t.Stop()
 	select {

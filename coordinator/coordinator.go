@@ -67,8 +67,8 @@ type Server struct {
 	health     *healthState
 
 	ready  chan struct{}
-	bg     sync.WaitGroup // stream receivers that outlive their handlers briefly
-	leases sync.WaitGroup // workerLease goroutines, until orphaned or closed
+	bg     group // stream receivers that outlive their handlers briefly
+	leases group // workerLease goroutines, until orphaned or closed
 }
 
 var _ pb.CoordinatorServiceServer = (*Server)(nil)
@@ -157,9 +157,14 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.runExpiry(ctx) })
 	g.Go(func() error { return s.runHealth(ctx) })
 	err := g.Wait()
+	// Attach starts its receiver after it is attached, so once bg is
+	// closed every receiver running belongs to an attachment closeAll ends;
+	// a later one is refused. Then the leases: their handlers have ended
+	// or are ending, orphaning them.
+	s.bg.close()
 	s.attached.closeAll()
-	s.bg.Wait()
-	s.leases.Wait()
+	s.bg.wait()
+	s.leases.wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

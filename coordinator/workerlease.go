@@ -35,19 +35,23 @@ type workerLease struct {
 // A worker that sends no heartbeats (an older one) has its lease kept
 // alive for as long as its stream lives, as before heartbeats existed;
 // transport keepalive then bounds a silent one. The caller must Orphan or
-// Close it.
-func (s *Server) keepWorkerLease(id clientv3.LeaseID, heartbeats bool) *workerLease {
+// Close it. Once Run has ended it keeps nothing and returns errStopping.
+func (s *Server) keepWorkerLease(id clientv3.LeaseID, heartbeats bool) (*workerLease, error) {
 	l := &workerLease{
 		s: s, id: id, ttl: s.opts.LeaseTTL, every: s.heartbeatInterval(),
 		heard: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	l.heard <- struct{}{} // an adopted lease may be close to expiry: renew it now
-	s.leases.Go(l.run)
-	if !heartbeats {
-		s.leases.Go(l.standIn)
+	if !s.leases.Go(l.run) {
+		l.stop()
+		return nil, errStopping
 	}
-	return l
+	if !heartbeats && !s.leases.Go(l.standIn) {
+		l.Orphan()
+		return nil, errStopping
+	}
+	return l, nil
 }
 
 // standIn hears a worker that sends no heartbeats every interval, until
