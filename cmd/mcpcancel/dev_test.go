@@ -204,7 +204,8 @@ func TestDevStdioSideBySide(t *testing.T) {
 	}
 }
 
-// defaultCoordinator is where `mcpcancel dev` puts its coordinator.
+// defaultCoordinator is the coordinator's default address: `coordinator
+// --listen`'s, and where `mcpcancel dev` puts it.
 const defaultCoordinator = "127.0.0.1:7801"
 
 // lineAfter returns the rest of the first line of s starting with prefix.

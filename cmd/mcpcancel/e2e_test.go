@@ -107,7 +107,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}{
 		{"env only", []string{"MCPCANCEL_LISTEN=127.0.0.1:0", "MCPCANCEL_ETCD=" + etcd.Endpoints()[0]}, nil,
 			func(addr string) bool {
-				return strings.HasPrefix(addr, "127.0.0.1:") && addr != "127.0.0.1:7801" && addr != "127.0.0.1:0"
+				return strings.HasPrefix(addr, "127.0.0.1:") && addr != defaultCoordinator && addr != "127.0.0.1:0"
 			}},
 		{"command line wins", []string{"MCPCANCEL_LISTEN=not-an-address", "MCPCANCEL_ETCD=" + etcd.Endpoints()[0]}, []string{"--listen", "127.0.0.1:0"},
 			func(addr string) bool { return strings.HasPrefix(addr, "127.0.0.1:") && addr != "127.0.0.1:0" }},
