@@ -43,6 +43,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		RequestedAt: now,
 		Deadline:    now.Add(s.timeout(req)),
 		TraceID:     telemetry.TraceID(ctx),
+		BeginID:     req.GetBeginId(),
 	}
 	idx := s.keys.index(req.GetKey())
 	var reuse int64 // the index revision to overwrite, when the id was used before
@@ -154,6 +155,9 @@ func validateBegin(req *pb.BeginRequest) error {
 	if id := req.GetRetryOf(); id != "" && !validCallID(id) {
 		return invalid("retry_of is not a call id")
 	}
+	if id := req.GetBeginId(); id != "" && !validCallID(id) {
+		return invalid("begin_id must be 32 hex digits")
+	}
 	return nil
 }
 
@@ -199,23 +203,32 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
 	begun := encode(rec)
-	resp, err := s.commits.Txn(ctx).If( // with concurrent calls' decisions
+	guards := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 		// A session closed on another replica takes no new calls.
 		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
-	).Then(
+	}
+	orElse := []clientv3.Op{
+		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
+		clientv3.OpGet(idx),
+		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
+	}
+	if rec.BeginID != "" {
+		// Its caller may give up on it (AbandonBegin): then it commits
+		// nothing, however late it reaches etcd.
+		abandoned := s.keys.abandoned(rec.BeginID)
+		guards = append(guards, clientv3.Compare(clientv3.CreateRevision(abandoned), "=", 0))
+		orElse = append(orElse, clientv3.OpGet(abandoned, clientv3.WithKeysOnly()))
+	}
+	resp, err := s.commits.Txn(ctx).If(guards...).Then( // with concurrent calls' decisions
 		clientv3.OpPut(s.keys.call(rec.CallID), begun, clientv3.WithLease(lease)),
 		// The index holds the record as begun, so a cancel resolves it
 		// in one read; the fence (its revision) proves it still current.
 		clientv3.OpPut(idx, begun, clientv3.WithLease(lease)),
 		clientv3.OpPut(s.keys.runningOf(rec), begun, clientv3.WithLease(lease)),
 		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
-	).Else(
-		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
-		clientv3.OpGet(idx),
-		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
-	).Commit()
+	).Else(orElse...).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.begunLease.forget(lease)
@@ -226,6 +239,9 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 		return resp.Header.Revision, nil
 	}
 	wkv, ikv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(resp.Responses) > 3 && len(resp.Responses[3].GetResponseRange().Kvs) > 0 {
+		return 0, fmt.Errorf("%w: begin %s", ErrAbandoned, rec.BeginID)
+	}
 	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
 		return 0, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
 	}
@@ -256,4 +272,69 @@ func (s *Server) reusable(ctx context.Context, idx *mvccpb.KeyValue) (int64, err
 		return 0, ErrDuplicate
 	}
 	return idx.ModRevision, nil
+}
+
+// AbandonBegin implements CoordinatorService.AbandonBegin.
+func (s *Server) AbandonBegin(ctx context.Context, req *pb.AbandonBeginRequest) (*pb.AbandonBeginResponse, error) {
+	resp, err := s.abandonBegin(ctx, req)
+	return resp, toStatus(err)
+}
+
+// abandonBegin settles the race between a Begin and its caller giving up
+// on it in one transaction: it marks the Begin abandoned, which every
+// later attempt of that Begin's transaction finds in its guard, and reads
+// the key's index in the same revision. An index entry the Begin wrote
+// means it committed first; its call is then failed as any call is, so
+// that a cancellation already made stands.
+func (s *Server) abandonBegin(ctx context.Context, req *pb.AbandonBeginRequest) (*pb.AbandonBeginResponse, error) {
+	if err := validateCallKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	if !validCallID(req.GetBeginId()) {
+		return nil, invalid("begin_id must be 32 hex digits")
+	}
+	d := decision{state: stateFailed, initiator: InitiatorName(req.GetInitiator()), reason: SanitizeReason(req.GetReason()), owner: true}
+	if d.initiator == "" {
+		return nil, invalid("initiator is required")
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	lease, err := s.begunLease.lease(ctx) // outlives any attempt of the Begin
+	if err != nil {
+		return nil, err
+	}
+	idx := s.keys.index(req.GetKey())
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpPut(s.keys.abandoned(req.GetBeginId()), "", clientv3.WithLease(lease)),
+		clientv3.OpGet(idx),
+	).Commit()
+	cancel()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.begunLease.forget(lease)
+		}
+		return nil, etcdErr(octx, "abandon begin", err)
+	}
+	ikv := resp.Responses[1].GetResponseRange().Kvs
+	if len(ikv) == 0 {
+		return &pb.AbandonBeginResponse{}, nil
+	}
+	begun, err := decode[callRecord]("index", ikv[0].Value)
+	if err != nil {
+		return nil, err
+	}
+	if begun.BeginID != req.GetBeginId() {
+		return &pb.AbandonBeginResponse{}, nil // an earlier call under the same id
+	}
+	// The call key as the Begin wrote it, current only if the call still
+	// runs; settle reads it back if not.
+	kv := &mvccpb.KeyValue{Key: []byte(s.keys.call(begun.CallID)), CreateRevision: ikv[0].ModRevision, ModRevision: ikv[0].ModRevision}
+	v, err := s.settle(ctx, begun, kv, d)
+	if err != nil {
+		return nil, err
+	}
+	who, why := v.winner()
+	return &pb.AbandonBeginResponse{Begun: true, CallId: begun.CallID, Result: settleResults[v.result], WinnerInitiator: who, WinnerReason: why}, nil
 }

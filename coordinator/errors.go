@@ -28,6 +28,7 @@ var (
 	ErrEtcd            = errors.New("coordinator: etcd unavailable")
 	ErrUnknownTask     = errors.New("coordinator: no such task")
 	ErrTooManyTasks    = errors.New("coordinator: the principal holds too many tasks")
+	ErrAbandoned       = errors.New("coordinator: the caller abandoned this Begin")
 )
 
 // ErrorDomain is the ErrorInfo domain of coordinator errors.
@@ -53,6 +54,7 @@ var errorCodes = []struct {
 	{ErrEtcd, codes.Unavailable, client.ErrEtcdUnavailable},
 	{ErrUnknownTask, codes.NotFound, client.ErrUnknownTask},
 	{ErrTooManyTasks, codes.ResourceExhausted, client.ErrTooManyTasks},
+	{ErrAbandoned, codes.Aborted, client.ErrAbandoned},
 }
 
 func invalid(format string, args ...any) error {

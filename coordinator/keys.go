@@ -34,16 +34,19 @@ const (
 //	                            without the worker; gone when the handler returned
 //	audit/<nanos>-<call>[-lost] audit record, on a retention lease
 //	janitor/                    the janitor's election
+//	abandoned/<begin id>        a Begin its caller gave up on, which may no
+//	                            longer commit; on Begin's lease
 type keys struct{ prefix string }
 
-func (k keys) workers() string                { return k.prefix + "workers/" }
-func (k keys) worker(name string) string      { return k.prefix + "workers/" + name }
-func (k keys) call(id string) string          { return k.prefix + "calls/" + id }
-func (k keys) owners() string                 { return k.prefix + "owners/" }
-func (k keys) ownersOf(worker string) string  { return k.prefix + "owners/" + worker + "/" }
-func (k keys) owner(worker, id string) string { return k.ownersOf(worker) + id }
-func (k keys) audits() string                 { return k.prefix + "audit/" }
-func (k keys) election() string               { return k.prefix + "janitor/" }
+func (k keys) workers() string                 { return k.prefix + "workers/" }
+func (k keys) worker(name string) string       { return k.prefix + "workers/" + name }
+func (k keys) call(id string) string           { return k.prefix + "calls/" + id }
+func (k keys) owners() string                  { return k.prefix + "owners/" }
+func (k keys) ownersOf(worker string) string   { return k.prefix + "owners/" + worker + "/" }
+func (k keys) owner(worker, id string) string  { return k.ownersOf(worker) + id }
+func (k keys) audits() string                  { return k.prefix + "audit/" }
+func (k keys) election() string                { return k.prefix + "janitor/" }
+func (k keys) abandoned(beginID string) string { return k.prefix + "abandoned/" + beginID }
 
 func (k keys) index(key *pb.CallKey) string {
 	return k.prefix + "index/" + key.GetScope() + "/" + requestKey(key.GetRequestId())

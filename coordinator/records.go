@@ -42,6 +42,7 @@ type callRecord struct {
 	AuditKey    string          `json:"audit_key,omitempty"`
 	CancelLost  bool            `json:"cancel_lost,omitempty"`
 	RetryOf     string          `json:"retry_of,omitempty"`
+	BeginID     string          `json:"begin_id,omitempty"` // the Begin that placed it, if its caller named it
 	// Set when the call runs an MCP task (see tasks.go).
 	Task    *taskInfo `json:"task,omitempty"`
 	TraceID string    `json:"trace_id,omitempty"`

@@ -17,6 +17,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
 // cancelTimeout bounds one Cancel round trip to the coordinator.
@@ -96,9 +97,10 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 }
 
 func (c *call) run(p *routed) {
-	begun, err := c.begin(p)
+	beginID := randid.New(16)
+	begun, err := c.begin(p, beginID)
 	if err != nil {
-		c.beginFailed(err, p)
+		c.beginFailed(err, p, beginID)
 		return
 	}
 	c.placed(begun)
@@ -135,13 +137,14 @@ func (c *call) run(p *routed) {
 
 // begin asks the coordinator to place the call. Its context ends with
 // the answer, so that nothing of it stays with a call that runs for long.
-func (c *call) begin(p *routed) (*pb.BeginResponse, error) {
+func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, error) {
 	g := c.s.g
 	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
 	defer cancel()
 	return g.coord.Begin(ctx, &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
+		BeginId: beginID,
 	})
 }
 
@@ -166,17 +169,18 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	}
 	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
+	beginID := randid.New(16)
 	begun, err := g.coord.Begin(ctx, &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(time.Until(deadline)),
-		RetryOf: lost.GetCallId(),
+		RetryOf: lost.GetCallId(), BeginId: beginID,
 	})
 	if err != nil {
 		g.log.Warn("a call lost with its worker could not be placed again", "scope", c.s.scope, "method", p.method, "target", p.target, "call", lost.GetCallId(), "err", err)
 		switch client.Kind(err) {
 		case client.ErrNotRetryable, client.ErrNoCapacity, client.ErrUnknownTool, client.ErrInvalidArgument:
 		default:
-			c.failLostBegin() // the retry may exist though its reply was lost
+			c.abandonBegin(beginID) // the retry may exist though its reply was lost
 		}
 		c.setOutcome(outcomeFailed)
 		return nil
@@ -196,7 +200,7 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 
 // beginFailed answers a call the coordinator would not place, unless it
 // was cancelled meanwhile.
-func (c *call) beginFailed(err error, p *routed) {
+func (c *call) beginFailed(err error, p *routed, beginID string) {
 	tool := p.target
 	c.setOutcome(outcomeRejected)
 	switch client.Kind(err) {
@@ -214,7 +218,7 @@ func (c *call) beginFailed(err error, p *routed) {
 		// The coordinator or etcd went away, perhaps after committing
 		// the call: make sure it ends FAILED, as the client is told.
 		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "method", p.method, "target", tool, "err", err)
-		if who, reason, ok := c.failLostBegin(); ok {
+		if who, reason, ok := c.abandonBegin(beginID); ok {
 			// The Begin did commit, and a cancellation (the client's
 			// disconnect, say) won before we could fail it: answer as
 			// that decision says, which is silence for the client's own.
@@ -233,49 +237,35 @@ func (c *call) beginFailed(err error, p *routed) {
 	}
 }
 
-// failLostBegin fails the call if a Begin whose reply was lost created it,
-// so that nothing (a session's close, the janitor at the deadline) settles
-// it otherwise after the client was told it could not start. It tries a
-// few times while the coordinator comes back, then leaves the call to the
-// janitor, which fails it past its deadline.
+// abandonBegin settles a Begin whose reply was lost, which may yet commit
+// (a replica that was paused holds it in its queue): the coordinator
+// either keeps it from ever committing or, if it did, fails its call, so
+// that nothing (a session's close, the janitor at the deadline) settles it
+// otherwise after the client was told it could not start. It tries a few
+// times while the coordinators come back; should none answer, a Begin
+// that commits after all leaves its call to the janitor, which fails it
+// past its deadline.
 //
-// If the call was created and a cancellation settled it first, it
+// If the Begin committed and a cancellation settled its call first, it
 // reports that cancellation's initiator and reason, and ok.
-func (c *call) failLostBegin() (who pb.Initiator, reason string, ok bool) {
+func (c *call) abandonBegin(beginID string) (who pb.Initiator, reason string, ok bool) {
 	g := c.s.g
-	key := &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}
+	req := &pb.AbandonBeginRequest{
+		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, BeginId: beginID,
+		Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "the gateway lost Begin's reply and told the client the call could not start",
+	}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
 	for range 4 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
-		got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: key}})
-		if err == nil {
-			call := got.GetCall()
-			if call.GetGateway() != g.opts.Name {
-				cancel()
-				return 0, "", false // not created: an earlier call's record under the same id
-			}
-			if call.GetState() == pb.CallState_CALL_STATE_CANCELLED {
-				cancel()
-				return call.GetInitiator(), call.GetReason(), true
-			}
-			if call.GetState() != pb.CallState_CALL_STATE_RUNNING {
-				cancel()
-				return 0, "", false
-			}
-			var failed *pb.FailResponse
-			failed, err = g.coord.Fail(ctx, &pb.FailRequest{
-				Call:      &pb.CallRef{CallId: call.GetCallId(), Fence: call.GetFence(), Worker: call.GetWorker()},
-				Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "the gateway lost Begin's reply and told the client the call could not start",
-			})
-			if err == nil && failed.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED {
-				cancel()
-				return failed.GetWinnerInitiator(), failed.GetWinnerReason(), true
-			}
-		}
+		got, err := g.coord.AbandonBegin(ctx, req)
 		cancel()
-		if err == nil || client.Is(err, client.ErrUnknownCall) {
-			return 0, "", false
+		switch {
+		case err == nil && got.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
+			return got.GetWinnerInitiator(), got.GetWinnerReason(), true
+		case err == nil || client.Is(err, client.ErrInvalidArgument):
+			return 0, "", false // never begun, or failed now (or it ended otherwise)
 		}
+		g.log.Warn("abandoning a Begin whose reply was lost", "scope", c.s.scope, "begin", beginID, "err", err)
 		if retry.Wait(g.base) != nil {
 			return 0, "", false
 		}

@@ -44,8 +44,8 @@ const (
 )
 
 // attemptPolicies: a Begin whose reply was lost may have created its call,
-// and call.go resolves that (failLostBegin, whose GetCall goes out on the
-// fresh connection); a Cancel is idempotent by key, and its retry after a
+// and call.go settles that (abandonBegin, which goes out on the fresh
+// connection, and is idempotent like Cancel); a Cancel is idempotent by key, and its retry after a
 // win reports the win; GetCall (the quiet-stream probe, lost Begins) and
 // GetSession (a session opened at another replica), GetTask, ListTasks,
 // ListTools (a call before the tool watch delivered) and ListWorkers only
@@ -54,15 +54,16 @@ const (
 // waits again. CreateTask and CancelTask pass through: a second
 // CancelTask after a win would answer the client -32602.
 var attemptPolicies = map[string]attemptPolicy{
-	pb.CoordinatorService_Begin_FullMethodName:       sentOnce,
-	pb.CoordinatorService_Cancel_FullMethodName:      resent,
-	pb.CoordinatorService_GetCall_FullMethodName:     resent,
-	pb.CoordinatorService_GetSession_FullMethodName:  resent,
-	pb.CoordinatorService_GetTask_FullMethodName:     resent,
-	pb.CoordinatorService_ListTasks_FullMethodName:   resent,
-	pb.CoordinatorService_ListTools_FullMethodName:   resent,
-	pb.CoordinatorService_ListWorkers_FullMethodName: resent,
-	pb.CoordinatorService_WaitTask_FullMethodName:    rewaited,
+	pb.CoordinatorService_Begin_FullMethodName:        sentOnce,
+	pb.CoordinatorService_AbandonBegin_FullMethodName: resent,
+	pb.CoordinatorService_Cancel_FullMethodName:       resent,
+	pb.CoordinatorService_GetCall_FullMethodName:      resent,
+	pb.CoordinatorService_GetSession_FullMethodName:   resent,
+	pb.CoordinatorService_GetTask_FullMethodName:      resent,
+	pb.CoordinatorService_ListTasks_FullMethodName:    resent,
+	pb.CoordinatorService_ListTools_FullMethodName:    resent,
+	pb.CoordinatorService_ListWorkers_FullMethodName:  resent,
+	pb.CoordinatorService_WaitTask_FullMethodName:     rewaited,
 }
 
 // attemptTimeout bounds one attempt: a read or a commit takes

@@ -161,7 +161,7 @@ func TestHalfDeadCoordinatorLinkCancel(t *testing.T) {
 // 15 s for its Begin. The Begin attempt now goes unanswered for 2 s and
 // the gateway redials; Begin is not sent twice (it may have created the
 // call), so the client is told the call could not start, and the lost
-// Begin is failed through the fresh connection as before (failLostBegin):
+// Begin is abandoned through the fresh connection (abandonBegin):
 // the record says failed, as the client was told.
 func TestHalfDeadCoordinatorLinkBegin(t *testing.T) {
 	st := newHalfDeadStack(t, gateway.Options{})

@@ -46,6 +46,8 @@ var (
 	ErrUnknownTask = &Error{"UNKNOWN_TASK"}
 	// ErrTooManyTasks: the principal holds as many tasks as it may.
 	ErrTooManyTasks = &Error{"TOO_MANY_TASKS"}
+	// ErrAbandoned: the Begin's caller abandoned it (AbandonBegin) first.
+	ErrAbandoned = &Error{"BEGIN_ABANDONED"}
 )
 
 var byReason = map[string]*Error{}
@@ -54,7 +56,7 @@ func init() {
 	for _, e := range []*Error{
 		ErrInvalidArgument, ErrUnknownTool, ErrNoCapacity, ErrDuplicate, ErrUnknownCall,
 		ErrFenceMismatch, ErrNotOwner, ErrWorkerNameInUse, ErrNotRetryable, ErrSessionClosed, ErrEtcdUnavailable,
-		ErrUnknownTask, ErrTooManyTasks,
+		ErrUnknownTask, ErrTooManyTasks, ErrAbandoned,
 	} {
 		byReason[e.reason] = e
 	}

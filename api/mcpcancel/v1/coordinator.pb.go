@@ -167,7 +167,11 @@ type BeginRequest struct {
 	// resources/unsubscribe), the prompt name (prompts/get), or, for
 	// completion/complete, "ref/prompt:" plus the prompt's name or
 	// "ref/resource:" plus the resource's URI or URI template.
-	Method        string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
+	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
+	// Names this Begin: 32 lowercase hex digits, chosen at random by its
+	// caller, who may then settle it with AbandonBegin if the reply is lost.
+	// Optional; a Begin without it cannot be abandoned.
+	BeginId       string `protobuf:"bytes,11,opt,name=begin_id,json=beginId,proto3" json:"begin_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +251,13 @@ func (x *BeginRequest) GetRetryOf() string {
 func (x *BeginRequest) GetMethod() string {
 	if x != nil {
 		return x.Method
+	}
+	return ""
+}
+
+func (x *BeginRequest) GetBeginId() string {
+	if x != nil {
+		return x.BeginId
 	}
 	return ""
 }
@@ -895,6 +906,155 @@ func (x *FailResponse) GetWinnerReason() string {
 	return ""
 }
 
+type AbandonBeginRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key and begin_id of the Begin given up on.
+	Key     *CallKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	BeginId string   `protobuf:"bytes,2,opt,name=begin_id,json=beginId,proto3" json:"begin_id,omitempty"`
+	// Who fails the call if the Begin had committed, and why.
+	Initiator     Initiator `protobuf:"varint,3,opt,name=initiator,proto3,enum=mcpcancel.v1.Initiator" json:"initiator,omitempty"`
+	Reason        string    `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonBeginRequest) Reset() {
+	*x = AbandonBeginRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonBeginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonBeginRequest) ProtoMessage() {}
+
+func (x *AbandonBeginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonBeginRequest.ProtoReflect.Descriptor instead.
+func (*AbandonBeginRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AbandonBeginRequest) GetKey() *CallKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AbandonBeginRequest) GetBeginId() string {
+	if x != nil {
+		return x.BeginId
+	}
+	return ""
+}
+
+func (x *AbandonBeginRequest) GetInitiator() Initiator {
+	if x != nil {
+		return x.Initiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *AbandonBeginRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type AbandonBeginResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Begin had committed: its call is call_id, and result says whether
+	// this failure won. Otherwise the Begin never will commit.
+	Begun  bool         `protobuf:"varint,1,opt,name=begun,proto3" json:"begun,omitempty"`
+	CallId string       `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Result SettleResult `protobuf:"varint,3,opt,name=result,proto3,enum=mcpcancel.v1.SettleResult" json:"result,omitempty"`
+	// Who decided the call when this failure did not win, and why.
+	WinnerInitiator Initiator `protobuf:"varint,4,opt,name=winner_initiator,json=winnerInitiator,proto3,enum=mcpcancel.v1.Initiator" json:"winner_initiator,omitempty"`
+	WinnerReason    string    `protobuf:"bytes,5,opt,name=winner_reason,json=winnerReason,proto3" json:"winner_reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AbandonBeginResponse) Reset() {
+	*x = AbandonBeginResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonBeginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonBeginResponse) ProtoMessage() {}
+
+func (x *AbandonBeginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonBeginResponse.ProtoReflect.Descriptor instead.
+func (*AbandonBeginResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AbandonBeginResponse) GetBegun() bool {
+	if x != nil {
+		return x.Begun
+	}
+	return false
+}
+
+func (x *AbandonBeginResponse) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *AbandonBeginResponse) GetResult() SettleResult {
+	if x != nil {
+		return x.Result
+	}
+	return SettleResult_SETTLE_RESULT_UNSPECIFIED
+}
+
+func (x *AbandonBeginResponse) GetWinnerInitiator() Initiator {
+	if x != nil {
+		return x.WinnerInitiator
+	}
+	return Initiator_INITIATOR_UNSPECIFIED
+}
+
+func (x *AbandonBeginResponse) GetWinnerReason() string {
+	if x != nil {
+		return x.WinnerReason
+	}
+	return ""
+}
+
 type AttachRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -913,7 +1073,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1085,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1098,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AttachRequest) GetMsg() isAttachRequest_Msg {
@@ -1090,7 +1250,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1262,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1275,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerHello) GetName() string {
@@ -1184,7 +1344,7 @@ type HandlerStopped struct {
 
 func (x *HandlerStopped) Reset() {
 	*x = HandlerStopped{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1356,7 @@ func (x *HandlerStopped) String() string {
 func (*HandlerStopped) ProtoMessage() {}
 
 func (x *HandlerStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1369,7 @@ func (x *HandlerStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandlerStopped.ProtoReflect.Descriptor instead.
 func (*HandlerStopped) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HandlerStopped) GetCallId() string {
@@ -1234,7 +1394,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1406,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1419,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 type Detach struct {
@@ -1270,7 +1430,7 @@ type Detach struct {
 
 func (x *Detach) Reset() {
 	*x = Detach{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1442,7 @@ func (x *Detach) String() string {
 func (*Detach) ProtoMessage() {}
 
 func (x *Detach) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1455,7 @@ func (x *Detach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Detach.ProtoReflect.Descriptor instead.
 func (*Detach) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 type Heartbeat struct {
@@ -1306,7 +1466,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1478,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1491,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 // ToolsChanged is the worker's whole offer, after any of it changed.
@@ -1346,7 +1506,7 @@ type ToolsChanged struct {
 
 func (x *ToolsChanged) Reset() {
 	*x = ToolsChanged{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1518,7 @@ func (x *ToolsChanged) String() string {
 func (*ToolsChanged) ProtoMessage() {}
 
 func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1531,7 @@ func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsChanged.ProtoReflect.Descriptor instead.
 func (*ToolsChanged) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolsChanged) GetTools() []*Tool {
@@ -1410,7 +1570,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1582,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1595,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AttachResponse) GetMsg() isAttachResponse_Msg {
@@ -1537,7 +1697,7 @@ type SessionNotification struct {
 
 func (x *SessionNotification) Reset() {
 	*x = SessionNotification{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1709,7 @@ func (x *SessionNotification) String() string {
 func (*SessionNotification) ProtoMessage() {}
 
 func (x *SessionNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1722,7 @@ func (x *SessionNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionNotification.ProtoReflect.Descriptor instead.
 func (*SessionNotification) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionNotification) GetSession() string {
@@ -1604,7 +1764,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1776,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1789,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionEnded) GetSession() string {
@@ -1659,7 +1819,7 @@ type Attached struct {
 
 func (x *Attached) Reset() {
 	*x = Attached{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1831,7 @@ func (x *Attached) String() string {
 func (*Attached) ProtoMessage() {}
 
 func (x *Attached) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1844,7 @@ func (x *Attached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attached.ProtoReflect.Descriptor instead.
 func (*Attached) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Attached) GetLeaseId() int64 {
@@ -1742,7 +1902,7 @@ type StopCall struct {
 
 func (x *StopCall) Reset() {
 	*x = StopCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1914,7 @@ func (x *StopCall) String() string {
 func (*StopCall) ProtoMessage() {}
 
 func (x *StopCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1927,7 @@ func (x *StopCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopCall.ProtoReflect.Descriptor instead.
 func (*StopCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StopCall) GetCallId() string {
@@ -1806,7 +1966,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1978,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1991,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 type ListWorkersResponse struct {
@@ -1843,7 +2003,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2015,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2028,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1895,7 +2055,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2067,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2080,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerInfo) GetName() string {
@@ -1987,7 +2147,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2159,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2172,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 type ListToolsResponse struct {
@@ -2028,7 +2188,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2200,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2213,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -2090,7 +2250,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2262,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2275,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetCallRequest) GetTarget() isGetCallRequest_Target {
@@ -2168,7 +2328,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2340,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2353,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -2229,7 +2389,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2401,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2414,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2344,7 +2504,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2516,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2529,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -2396,7 +2556,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2568,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2581,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2440,7 +2600,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2612,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2625,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -2483,7 +2643,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2655,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2668,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 // WatchToolsResponse is the catalogue of live, undrained workers: tools,
@@ -2524,7 +2684,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2696,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2709,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -2586,7 +2746,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2758,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2771,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -2654,7 +2814,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2826,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2839,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -2714,7 +2874,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2886,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2899,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2795,7 +2955,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2967,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2980,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -2845,7 +3005,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3017,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3030,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 type GetSessionRequest struct {
@@ -2882,7 +3042,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3054,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3067,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2926,7 +3086,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3098,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3111,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -2972,7 +3132,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3144,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3157,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -3033,7 +3193,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3205,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3218,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -3085,7 +3245,7 @@ type WatchSessionNotificationsRequest struct {
 
 func (x *WatchSessionNotificationsRequest) Reset() {
 	*x = WatchSessionNotificationsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3257,7 @@ func (x *WatchSessionNotificationsRequest) String() string {
 func (*WatchSessionNotificationsRequest) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3270,7 @@ func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionNotificationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WatchSessionNotificationsRequest) GetGateway() string {
@@ -3135,7 +3295,7 @@ type WatchSessionNotificationsResponse struct {
 
 func (x *WatchSessionNotificationsResponse) Reset() {
 	*x = WatchSessionNotificationsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3307,7 @@ func (x *WatchSessionNotificationsResponse) String() string {
 func (*WatchSessionNotificationsResponse) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3320,7 @@ func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use WatchSessionNotificationsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchSessionNotificationsResponse) GetSessions() []string {
@@ -3205,7 +3365,7 @@ type SubscribeResourceRequest struct {
 
 func (x *SubscribeResourceRequest) Reset() {
 	*x = SubscribeResourceRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3377,7 @@ func (x *SubscribeResourceRequest) String() string {
 func (*SubscribeResourceRequest) ProtoMessage() {}
 
 func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3390,7 @@ func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SubscribeResourceRequest) GetSession() string {
@@ -3269,7 +3429,7 @@ type SubscribeResourceResponse struct {
 
 func (x *SubscribeResourceResponse) Reset() {
 	*x = SubscribeResourceResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3441,7 @@ func (x *SubscribeResourceResponse) String() string {
 func (*SubscribeResourceResponse) ProtoMessage() {}
 
 func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3454,7 @@ func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 // SetTaskInputRequest is a worker's change to what its task's call waits
@@ -3312,7 +3472,7 @@ type SetTaskInputRequest struct {
 
 func (x *SetTaskInputRequest) Reset() {
 	*x = SetTaskInputRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3484,7 @@ func (x *SetTaskInputRequest) String() string {
 func (*SetTaskInputRequest) ProtoMessage() {}
 
 func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3497,7 @@ func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputRequest.ProtoReflect.Descriptor instead.
 func (*SetTaskInputRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetTaskInputRequest) GetCall() *CallRef {
@@ -3369,7 +3529,7 @@ type SetTaskInputResponse struct {
 
 func (x *SetTaskInputResponse) Reset() {
 	*x = SetTaskInputResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3541,7 @@ func (x *SetTaskInputResponse) String() string {
 func (*SetTaskInputResponse) ProtoMessage() {}
 
 func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,14 +3554,14 @@ func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputResponse.ProtoReflect.Descriptor instead.
 func (*SetTaskInputResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19mcpcancel/v1/listen.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xeb\x01\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19mcpcancel/v1/listen.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\x86\x02\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -3410,7 +3570,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
 	"\bretry_of\x18\x06 \x01(\tR\aretryOf\x12\x16\n" +
 	"\x06method\x18\n" +
-	" \x01(\tR\x06method\"\x8a\x02\n" +
+	" \x01(\tR\x06method\x12\x19\n" +
+	"\bbegin_id\x18\v \x01(\tR\abeginId\"\x8a\x02\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
@@ -3462,7 +3623,18 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\fFailResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xa5\x03\n" +
+	"\rwinner_reason\x18\x03 \x01(\tR\fwinnerReason\"\xa8\x01\n" +
+	"\x13AbandonBeginRequest\x12'\n" +
+	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x19\n" +
+	"\bbegin_id\x18\x02 \x01(\tR\abeginId\x125\n" +
+	"\tinitiator\x18\x03 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe2\x01\n" +
+	"\x14AbandonBeginResponse\x12\x14\n" +
+	"\x05begun\x18\x01 \x01(\bR\x05begun\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x122\n" +
+	"\x06result\x18\x03 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
+	"\x10winner_initiator\x18\x04 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
+	"\rwinner_reason\x18\x05 \x01(\tR\fwinnerReason\"\xa5\x03\n" +
 	"\rAttachRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.mcpcancel.v1.WorkerHelloH\x00R\x05hello\x128\n" +
 	"\astopped\x18\x02 \x01(\v2\x1c.mcpcancel.v1.HandlerStoppedH\x00R\astopped\x12+\n" +
@@ -3639,12 +3811,13 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xfd\x0f\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xd4\x10\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
 	"\bComplete\x12\x1d.mcpcancel.v1.CompleteRequest\x1a\x1e.mcpcancel.v1.CompleteResponse\x12=\n" +
-	"\x04Fail\x12\x19.mcpcancel.v1.FailRequest\x1a\x1a.mcpcancel.v1.FailResponse\x12G\n" +
+	"\x04Fail\x12\x19.mcpcancel.v1.FailRequest\x1a\x1a.mcpcancel.v1.FailResponse\x12U\n" +
+	"\fAbandonBegin\x12!.mcpcancel.v1.AbandonBeginRequest\x1a\".mcpcancel.v1.AbandonBeginResponse\x12G\n" +
 	"\x06Attach\x12\x1b.mcpcancel.v1.AttachRequest\x1a\x1c.mcpcancel.v1.AttachResponse(\x010\x01\x12R\n" +
 	"\vListWorkers\x12 .mcpcancel.v1.ListWorkersRequest\x1a!.mcpcancel.v1.ListWorkersResponse\x12L\n" +
 	"\tListTools\x12\x1e.mcpcancel.v1.ListToolsRequest\x1a\x1f.mcpcancel.v1.ListToolsResponse\x12F\n" +
@@ -3687,7 +3860,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
@@ -3700,198 +3873,206 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*CompleteResponse)(nil),                  // 8: mcpcancel.v1.CompleteResponse
 	(*FailRequest)(nil),                       // 9: mcpcancel.v1.FailRequest
 	(*FailResponse)(nil),                      // 10: mcpcancel.v1.FailResponse
-	(*AttachRequest)(nil),                     // 11: mcpcancel.v1.AttachRequest
-	(*WorkerHello)(nil),                       // 12: mcpcancel.v1.WorkerHello
-	(*HandlerStopped)(nil),                    // 13: mcpcancel.v1.HandlerStopped
-	(*Drain)(nil),                             // 14: mcpcancel.v1.Drain
-	(*Detach)(nil),                            // 15: mcpcancel.v1.Detach
-	(*Heartbeat)(nil),                         // 16: mcpcancel.v1.Heartbeat
-	(*ToolsChanged)(nil),                      // 17: mcpcancel.v1.ToolsChanged
-	(*AttachResponse)(nil),                    // 18: mcpcancel.v1.AttachResponse
-	(*SessionNotification)(nil),               // 19: mcpcancel.v1.SessionNotification
-	(*SessionEnded)(nil),                      // 20: mcpcancel.v1.SessionEnded
-	(*Attached)(nil),                          // 21: mcpcancel.v1.Attached
-	(*StopCall)(nil),                          // 22: mcpcancel.v1.StopCall
-	(*ListWorkersRequest)(nil),                // 23: mcpcancel.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),               // 24: mcpcancel.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),                        // 25: mcpcancel.v1.WorkerInfo
-	(*ListToolsRequest)(nil),                  // 26: mcpcancel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),                 // 27: mcpcancel.v1.ListToolsResponse
-	(*GetCallRequest)(nil),                    // 28: mcpcancel.v1.GetCallRequest
-	(*GetCallResponse)(nil),                   // 29: mcpcancel.v1.GetCallResponse
-	(*ListAuditRequest)(nil),                  // 30: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),                 // 31: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),                 // 32: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),                // 33: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),                 // 34: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                // 35: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),                // 36: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),               // 37: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),                           // 38: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),                // 39: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),               // 40: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),                 // 41: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),                // 42: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),               // 43: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),              // 44: mcpcancel.v1.CloseSessionResponse
-	(*WatchSessionNotificationsRequest)(nil),  // 45: mcpcancel.v1.WatchSessionNotificationsRequest
-	(*WatchSessionNotificationsResponse)(nil), // 46: mcpcancel.v1.WatchSessionNotificationsResponse
-	(*SubscribeResourceRequest)(nil),          // 47: mcpcancel.v1.SubscribeResourceRequest
-	(*SubscribeResourceResponse)(nil),         // 48: mcpcancel.v1.SubscribeResourceResponse
-	(*SetTaskInputRequest)(nil),               // 49: mcpcancel.v1.SetTaskInputRequest
-	(*SetTaskInputResponse)(nil),              // 50: mcpcancel.v1.SetTaskInputResponse
-	(*CallKey)(nil),                           // 51: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),               // 52: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),             // 53: google.protobuf.Timestamp
-	(Initiator)(0),                            // 54: mcpcancel.v1.Initiator
-	(*ChildRequest)(nil),                      // 55: mcpcancel.v1.ChildRequest
-	(*Tool)(nil),                              // 56: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 57: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 58: mcpcancel.v1.Features
-	(CallState)(0),                            // 59: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 60: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 61: mcpcancel.v1.AuditRecord
-	(*TaskInput)(nil),                         // 62: mcpcancel.v1.TaskInput
-	(*CreateTaskRequest)(nil),                 // 63: mcpcancel.v1.CreateTaskRequest
-	(*GetTaskRequest)(nil),                    // 64: mcpcancel.v1.GetTaskRequest
-	(*WaitTaskRequest)(nil),                   // 65: mcpcancel.v1.WaitTaskRequest
-	(*ListTasksRequest)(nil),                  // 66: mcpcancel.v1.ListTasksRequest
-	(*CancelTaskRequest)(nil),                 // 67: mcpcancel.v1.CancelTaskRequest
-	(*WatchTaskRequest)(nil),                  // 68: mcpcancel.v1.WatchTaskRequest
-	(*UpdateTaskRequest)(nil),                 // 69: mcpcancel.v1.UpdateTaskRequest
-	(*CreateTaskResponse)(nil),                // 70: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 71: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 72: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 73: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 74: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 75: mcpcancel.v1.WatchTaskResponse
-	(*UpdateTaskResponse)(nil),                // 76: mcpcancel.v1.UpdateTaskResponse
+	(*AbandonBeginRequest)(nil),               // 11: mcpcancel.v1.AbandonBeginRequest
+	(*AbandonBeginResponse)(nil),              // 12: mcpcancel.v1.AbandonBeginResponse
+	(*AttachRequest)(nil),                     // 13: mcpcancel.v1.AttachRequest
+	(*WorkerHello)(nil),                       // 14: mcpcancel.v1.WorkerHello
+	(*HandlerStopped)(nil),                    // 15: mcpcancel.v1.HandlerStopped
+	(*Drain)(nil),                             // 16: mcpcancel.v1.Drain
+	(*Detach)(nil),                            // 17: mcpcancel.v1.Detach
+	(*Heartbeat)(nil),                         // 18: mcpcancel.v1.Heartbeat
+	(*ToolsChanged)(nil),                      // 19: mcpcancel.v1.ToolsChanged
+	(*AttachResponse)(nil),                    // 20: mcpcancel.v1.AttachResponse
+	(*SessionNotification)(nil),               // 21: mcpcancel.v1.SessionNotification
+	(*SessionEnded)(nil),                      // 22: mcpcancel.v1.SessionEnded
+	(*Attached)(nil),                          // 23: mcpcancel.v1.Attached
+	(*StopCall)(nil),                          // 24: mcpcancel.v1.StopCall
+	(*ListWorkersRequest)(nil),                // 25: mcpcancel.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),               // 26: mcpcancel.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),                        // 27: mcpcancel.v1.WorkerInfo
+	(*ListToolsRequest)(nil),                  // 28: mcpcancel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),                 // 29: mcpcancel.v1.ListToolsResponse
+	(*GetCallRequest)(nil),                    // 30: mcpcancel.v1.GetCallRequest
+	(*GetCallResponse)(nil),                   // 31: mcpcancel.v1.GetCallResponse
+	(*ListAuditRequest)(nil),                  // 32: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),                 // 33: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),                 // 34: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),                // 35: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),                 // 36: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                // 37: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),                // 38: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),               // 39: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),                           // 40: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),                // 41: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),               // 42: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),                 // 43: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),                // 44: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),               // 45: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),              // 46: mcpcancel.v1.CloseSessionResponse
+	(*WatchSessionNotificationsRequest)(nil),  // 47: mcpcancel.v1.WatchSessionNotificationsRequest
+	(*WatchSessionNotificationsResponse)(nil), // 48: mcpcancel.v1.WatchSessionNotificationsResponse
+	(*SubscribeResourceRequest)(nil),          // 49: mcpcancel.v1.SubscribeResourceRequest
+	(*SubscribeResourceResponse)(nil),         // 50: mcpcancel.v1.SubscribeResourceResponse
+	(*SetTaskInputRequest)(nil),               // 51: mcpcancel.v1.SetTaskInputRequest
+	(*SetTaskInputResponse)(nil),              // 52: mcpcancel.v1.SetTaskInputResponse
+	(*CallKey)(nil),                           // 53: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 54: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 55: google.protobuf.Timestamp
+	(Initiator)(0),                            // 56: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 57: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 58: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 59: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 60: mcpcancel.v1.Features
+	(CallState)(0),                            // 61: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 62: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 63: mcpcancel.v1.AuditRecord
+	(*TaskInput)(nil),                         // 64: mcpcancel.v1.TaskInput
+	(*CreateTaskRequest)(nil),                 // 65: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 66: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 67: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 68: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 69: mcpcancel.v1.CancelTaskRequest
+	(*WatchTaskRequest)(nil),                  // 70: mcpcancel.v1.WatchTaskRequest
+	(*UpdateTaskRequest)(nil),                 // 71: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 72: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 73: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 74: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 75: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 76: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 77: mcpcancel.v1.WatchTaskResponse
+	(*UpdateTaskResponse)(nil),                // 78: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	51, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	52, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	53, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	52, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
-	51, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	53, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	54, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	55, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	54, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	53, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	54, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	53, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	55, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	56, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	55, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	57, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	0,  // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	54, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	56, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	5,  // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	53, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	55, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	55, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	57, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,  // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	54, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	56, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	5,  // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	54, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	53, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	55, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	56, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	55, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	57, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,  // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	54, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	12, // 22: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	13, // 23: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	14, // 24: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	15, // 25: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	17, // 26: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	16, // 27: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	19, // 28: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	56, // 29: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	57, // 30: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	58, // 31: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	53, // 32: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	56, // 33: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	57, // 34: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	58, // 35: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
-	21, // 36: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	22, // 37: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	16, // 38: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	20, // 39: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	52, // 40: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	52, // 41: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	59, // 42: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	54, // 43: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	25, // 44: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	56, // 45: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	57, // 46: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	58, // 47: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	56, // 48: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	57, // 49: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	58, // 50: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	51, // 51: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	60, // 52: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	53, // 53: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	54, // 54: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	53, // 55: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	61, // 56: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	53, // 57: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	61, // 58: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	56, // 59: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	57, // 60: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	58, // 61: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	54, // 62: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	53, // 63: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	38, // 64: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	52, // 65: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 66: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	5,  // 67: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
-	62, // 68: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
-	2,  // 69: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 70: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 71: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 72: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 73: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	23, // 74: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	26, // 75: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	28, // 76: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	30, // 77: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	32, // 78: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	34, // 79: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	36, // 80: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	39, // 81: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	41, // 82: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	43, // 83: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	45, // 84: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	47, // 85: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	63, // 86: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	64, // 87: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	65, // 88: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	66, // 89: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	67, // 90: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	68, // 91: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
-	49, // 92: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
-	69, // 93: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
-	3,  // 94: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 95: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 96: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 97: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	18, // 98: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	24, // 99: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	27, // 100: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	29, // 101: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	31, // 102: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	33, // 103: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	35, // 104: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	37, // 105: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	40, // 106: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	42, // 107: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	44, // 108: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	46, // 109: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	48, // 110: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	70, // 111: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	71, // 112: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	72, // 113: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	73, // 114: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	74, // 115: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	75, // 116: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	50, // 117: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
-	76, // 118: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
-	94, // [94:119] is the sub-list for method output_type
-	69, // [69:94] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	56, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	53, // 22: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	56, // 23: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	1,  // 24: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
+	56, // 25: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	14, // 26: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	15, // 27: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	16, // 28: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	17, // 29: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	19, // 30: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	18, // 31: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	21, // 32: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
+	58, // 33: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	59, // 34: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	60, // 35: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	55, // 36: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	58, // 37: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	59, // 38: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	60, // 39: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	23, // 40: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	24, // 41: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	18, // 42: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	22, // 43: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	54, // 44: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	54, // 45: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	61, // 46: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	56, // 47: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	27, // 48: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	58, // 49: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	59, // 50: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	60, // 51: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	58, // 52: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	59, // 53: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	60, // 54: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	53, // 55: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	62, // 56: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	55, // 57: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	56, // 58: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	55, // 59: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	63, // 60: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	55, // 61: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	63, // 62: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	58, // 63: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	59, // 64: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	60, // 65: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	56, // 66: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	55, // 67: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	40, // 68: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	54, // 69: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 70: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	5,  // 71: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
+	64, // 72: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
+	2,  // 73: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,  // 74: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,  // 75: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,  // 76: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11, // 77: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
+	13, // 78: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	25, // 79: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	28, // 80: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	30, // 81: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	32, // 82: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	34, // 83: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	36, // 84: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	38, // 85: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	41, // 86: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	43, // 87: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	45, // 88: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	47, // 89: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	49, // 90: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	65, // 91: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	66, // 92: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	67, // 93: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	68, // 94: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	69, // 95: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	70, // 96: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	51, // 97: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
+	71, // 98: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,  // 99: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,  // 100: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,  // 101: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10, // 102: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	12, // 103: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
+	20, // 104: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	26, // 105: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	29, // 106: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	31, // 107: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	33, // 108: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	35, // 109: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	37, // 110: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	39, // 111: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	42, // 112: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	44, // 113: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	46, // 114: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	48, // 115: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	50, // 116: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	72, // 117: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	73, // 118: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	74, // 119: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	75, // 120: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	76, // 121: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	77, // 122: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	52, // 123: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	78, // 124: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	99, // [99:125] is the sub-list for method output_type
+	73, // [73:99] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -3906,7 +4087,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*CancelRequest_Key)(nil),
 		(*CancelRequest_Call)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[9].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[11].OneofWrappers = []any{
 		(*AttachRequest_Hello)(nil),
 		(*AttachRequest_Stopped)(nil),
 		(*AttachRequest_Drain)(nil),
@@ -3915,13 +4096,13 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*AttachRequest_Heartbeat)(nil),
 		(*AttachRequest_Notification)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[18].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
 		(*AttachResponse_Heartbeat)(nil),
 		(*AttachResponse_SessionEnded)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[26].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[28].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_Key)(nil),
 	}
@@ -3931,7 +4112,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

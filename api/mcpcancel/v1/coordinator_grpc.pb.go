@@ -23,6 +23,7 @@ const (
 	CoordinatorService_Cancel_FullMethodName                    = "/mcpcancel.v1.CoordinatorService/Cancel"
 	CoordinatorService_Complete_FullMethodName                  = "/mcpcancel.v1.CoordinatorService/Complete"
 	CoordinatorService_Fail_FullMethodName                      = "/mcpcancel.v1.CoordinatorService/Fail"
+	CoordinatorService_AbandonBegin_FullMethodName              = "/mcpcancel.v1.CoordinatorService/AbandonBegin"
 	CoordinatorService_Attach_FullMethodName                    = "/mcpcancel.v1.CoordinatorService/Attach"
 	CoordinatorService_ListWorkers_FullMethodName               = "/mcpcancel.v1.CoordinatorService/ListWorkers"
 	CoordinatorService_ListTools_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListTools"
@@ -66,6 +67,12 @@ type CoordinatorServiceClient interface {
 	// Fail records that a call failed (the tool errored, or the caller lost
 	// the worker).
 	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*FailResponse, error)
+	// AbandonBegin settles a Begin whose caller gave up on its reply (it
+	// timed out, or its link died): exactly one of that Begin and this
+	// wins, in etcd. If the Begin had not committed, it never will; if it
+	// had, its call is failed, unless another decision settled it first.
+	// It is idempotent.
+	AbandonBegin(ctx context.Context, in *AbandonBeginRequest, opts ...grpc.CallOption) (*AbandonBeginResponse, error)
 	// Attach is a worker's control stream: it registers the worker's tools,
 	// holds its lease, carries stop orders to the worker and the worker's
 	// reports of when a handler really stopped.
@@ -167,6 +174,16 @@ func (c *coordinatorServiceClient) Fail(ctx context.Context, in *FailRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FailResponse)
 	err := c.cc.Invoke(ctx, CoordinatorService_Fail_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) AbandonBegin(ctx context.Context, in *AbandonBeginRequest, opts ...grpc.CallOption) (*AbandonBeginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbandonBeginResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_AbandonBegin_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -442,6 +459,12 @@ type CoordinatorServiceServer interface {
 	// Fail records that a call failed (the tool errored, or the caller lost
 	// the worker).
 	Fail(context.Context, *FailRequest) (*FailResponse, error)
+	// AbandonBegin settles a Begin whose caller gave up on its reply (it
+	// timed out, or its link died): exactly one of that Begin and this
+	// wins, in etcd. If the Begin had not committed, it never will; if it
+	// had, its call is failed, unless another decision settled it first.
+	// It is idempotent.
+	AbandonBegin(context.Context, *AbandonBeginRequest) (*AbandonBeginResponse, error)
 	// Attach is a worker's control stream: it registers the worker's tools,
 	// holds its lease, carries stop orders to the worker and the worker's
 	// reports of when a handler really stopped.
@@ -520,6 +543,9 @@ func (UnimplementedCoordinatorServiceServer) Complete(context.Context, *Complete
 }
 func (UnimplementedCoordinatorServiceServer) Fail(context.Context, *FailRequest) (*FailResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fail not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) AbandonBegin(context.Context, *AbandonBeginRequest) (*AbandonBeginResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbandonBegin not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) Attach(grpc.BidiStreamingServer[AttachRequest, AttachResponse]) error {
 	return status.Error(codes.Unimplemented, "method Attach not implemented")
@@ -673,6 +699,24 @@ func _CoordinatorService_Fail_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServiceServer).Fail(ctx, req.(*FailRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_AbandonBegin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbandonBeginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).AbandonBegin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_AbandonBegin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).AbandonBegin(ctx, req.(*AbandonBeginRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1038,6 +1082,10 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fail",
 			Handler:    _CoordinatorService_Fail_Handler,
+		},
+		{
+			MethodName: "AbandonBegin",
+			Handler:    _CoordinatorService_AbandonBegin_Handler,
 		},
 		{
 			MethodName: "ListWorkers",
