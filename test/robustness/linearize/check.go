@@ -3,7 +3,10 @@ package linearize
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -12,18 +15,30 @@ import (
 // Report is the outcome of one check, with the figures a run prints.
 type Report struct {
 	Operations int           // operations checked (a CancelScope once per key)
-	Partitions int           // call keys
+	Partitions int           // call keys and tasks
 	Unknown    int           // operations whose outcome was not known
 	Took       time.Duration // the check's own time
 	Result     porcupine.CheckResult
+	// TaskOperations are the operations on tasks (their calls' own among
+	// them), in Tasks partitions; TaskKinds counts them by kind, and those
+	// that found the task missing as kind "/missing".
+	TaskOperations, Tasks int
+	TaskKinds             map[string]int
 	// Visualisation is the path of porcupine's HTML rendering of the
 	// history, written when the check failed.
 	Visualisation string
 }
 
 func (r Report) String() string {
-	s := fmt.Sprintf("linearizability: %s: %d operations (%d of unknown outcome) in %d partitions, checked in %v",
-		r.Result, r.Operations, r.Unknown, r.Partitions, r.Took.Round(time.Millisecond))
+	s := fmt.Sprintf("linearizability: %s: %d operations (%d of unknown outcome) in %d partitions, checked in %v; %d task operations on %d tasks",
+		r.Result, r.Operations, r.Unknown, r.Partitions, r.Took.Round(time.Millisecond), r.TaskOperations, r.Tasks)
+	if len(r.TaskKinds) > 0 {
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(r.TaskKinds)) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, r.TaskKinds[k]))
+		}
+		s += " (" + strings.Join(kinds, ", ") + ")"
+	}
 	if r.Visualisation != "" {
 		s += "; visualisation in " + r.Visualisation
 	}
@@ -35,7 +50,22 @@ func (r Report) String() string {
 // porcupine's visualisation there.
 func Check(o Options, history []porcupine.Operation, timeout time.Duration, html string) (Report, error) {
 	m := Model(o)
-	r := Report{Operations: len(history), Partitions: len(partition(history))}
+	r := Report{Operations: len(history), TaskKinds: map[string]int{}}
+	for _, p := range partition(history) {
+		r.Partitions++
+		if !IsTaskKey(p[0].Input.(Input).Key) {
+			continue
+		}
+		r.Tasks++
+		r.TaskOperations += len(p)
+		for _, op := range p {
+			kind := op.Input.(Input).Op
+			if missing(op.Input.(Input), op.Output.(Output)) {
+				kind += "/missing"
+			}
+			r.TaskKinds[kind]++
+		}
+	}
 	for _, op := range history {
 		if op.Output.(Output).Unknown {
 			r.Unknown++

@@ -17,6 +17,10 @@
 // lost, and wins again. GetCall reads the latest call (by key) or the named one. A scope's
 // CancelScope is checked per key: it cancelled the key's running call, or
 // found none running.
+//
+// MCP tasks (tasks.go) are partitions of their own, one per task id: a
+// task's call is in no key's index, so it is no key's latest call, and
+// the key's operations and the task's never meet.
 package linearize
 
 import (
@@ -69,10 +73,16 @@ const WorkerLost = "worker_lost"
 // Input is one operation as invoked.
 type Input struct {
 	Op        string
-	Key       string // scope + "|" + request id: the partition
-	ID        string // the call named (ref ops, get_id, retry_of)
+	Key       string // scope + "|" + request id, or TaskKey(task id): the partition
+	ID        string // the call named (ref ops, get_id, retry_of), or the task
 	Initiator string // cancels and Fail
 	Reason    string // cancels and Fail: the coordinator's madeBy compares it too
+	// Principal is who creates or asks for a task (task ops).
+	Principal string `json:",omitempty"`
+	// Keys are the input requests a SetTaskInput asks or an UpdateTask
+	// answers, Withdraw those a SetTaskInput withdraws (sets, see keySet).
+	Keys     string `json:",omitempty"`
+	Withdraw string `json:",omitempty"`
 }
 
 // Output is what the client got back.
@@ -81,8 +91,14 @@ type Output struct {
 	// its connection was lost): it may or may not have taken effect.
 	Unknown bool
 	Result  string // one of the R* constants
-	ID      string // begin/retry: the new call; gets and cancel_scope: the call found
-	State   string // gets: the call's state
+	ID      string // begin/retry/create_task: the new call; gets and cancel_scope: the call found
+	State   string // gets: the call's state; task ops: the task's status
+	// Task ops: the task's initiator (failed or cancelled), the input
+	// requests it waits on (input_required), and the answers an
+	// UpdateTask took (sets, see keySet).
+	Initiator string `json:",omitempty"`
+	Inputs    string `json:",omitempty"`
+	Accepted  string `json:",omitempty"`
 }
 
 // call is one call under a key, in the model.
@@ -96,6 +112,14 @@ type call struct {
 	// its key's index entry (written at Begin, it expires first): found
 	// missing, by id or by key, it may not be found so again.
 	Gone, IndexGone bool
+	// Task says the call is a task's (tasks.go), of Principal; Inputs
+	// are the input requests it waits on, Used the keys answered or
+	// withdrawn (sets, see keySet); TaskGone says its task entry expired
+	// (its TTL passed): found missing, the task is not found again.
+	Task         bool
+	Principal    string
+	Inputs, Used string
+	TaskGone     bool
 }
 
 // byKey says the operation finds its call through the key's index.
@@ -157,6 +181,12 @@ func Model(o Options) porcupine.Model {
 			}
 			var next []interface{}
 			for _, p := range pre {
+				if taskOp(i.Op) {
+					for _, n := range stepTask(p, i, o2, o) {
+						next = append(next, n)
+					}
+					continue
+				}
 				if o.Retention && missing(i, o2) {
 					if n, ok := forget(p, i); ok {
 						next = append(next, n)
@@ -246,7 +276,7 @@ func effects(s state, in Input) []state {
 			out = append(out, s.plus(call{State: Running, Retry: retry}))
 		}
 	case OpCancelKey, OpCancelScope:
-		if c, ok := s.latest(); ok && c.State == Running {
+		if c, ok := s.latest(); ok && c.State == Running && !c.Task {
 			out = append(out, s.with(len(s)-1, decided(c, Cancelled, in.Initiator, in.Reason)))
 		}
 	case OpCancelRef, OpComplete, OpFail:
@@ -313,6 +343,9 @@ func apply(s state, in Input, out Output, o Options) (state, bool) {
 		return read(s, in, out)
 	case OpCancelScope:
 		c, ok := s.latest()
+		if ok && c.Task {
+			return s, out.ID == "" // a task is in no scope's running set
+		}
 		running := ok && c.State == Running
 		if out.ID == "" {
 			return s, !running
@@ -406,14 +439,32 @@ func describeOperation(in, out interface{}) string {
 	if i.ID != "" {
 		fmt.Fprintf(&b, "(%s)", short(i.ID))
 	}
+	if i.Principal != "" {
+		fmt.Fprintf(&b, " as %s", i.Principal)
+	}
 	if i.Initiator != "" {
 		fmt.Fprintf(&b, " by %s", i.Initiator)
+	}
+	if i.Withdraw != "" {
+		fmt.Fprintf(&b, " withdraw [%s]", i.Withdraw)
+	}
+	if i.Keys != "" {
+		fmt.Fprintf(&b, " [%s]", i.Keys)
 	}
 	switch {
 	case o.Unknown:
 		b.WriteString(" -> ?")
 	default:
-		b.WriteString(" -> " + strings.TrimSpace(o.Result+" "+o.State))
+		b.WriteString(strings.TrimRight(" -> "+strings.TrimSpace(o.Result+" "+o.State), " "))
+		if o.Initiator != "" {
+			fmt.Fprintf(&b, " by %s", o.Initiator)
+		}
+		if o.Inputs != "" {
+			fmt.Fprintf(&b, " waiting [%s]", o.Inputs)
+		}
+		if o.Accepted != "" {
+			fmt.Fprintf(&b, " took [%s]", o.Accepted)
+		}
 		if o.ID != "" && i.ID == "" {
 			fmt.Fprintf(&b, " %s", short(o.ID))
 		}
@@ -429,11 +480,23 @@ func describeState(st interface{}) string {
 	var parts []string
 	for _, c := range s {
 		d := short(c.ID) + " " + c.State
+		if c.Task {
+			d = short(c.ID) + " task of " + c.Principal + " " + taskStatus(c)
+		}
 		if c.Initiator != "" {
 			d += " by " + c.Initiator
 		}
 		if c.Retry {
 			d += " (retry)"
+		}
+		if c.Inputs != "" {
+			d += " waiting [" + c.Inputs + "]"
+		}
+		if c.Used != "" {
+			d += " used [" + c.Used + "]"
+		}
+		if c.TaskGone {
+			d += " (expired)"
 		}
 		parts = append(parts, d)
 	}

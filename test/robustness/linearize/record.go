@@ -27,8 +27,14 @@ type Recorder struct {
 	ops    []porcupine.Operation
 	scopes []scopeOp           // CancelScope calls, projected per key at Check
 	keys   map[string][]string // scope -> keys begun in it
-	owner  map[string]string   // call id -> key, from Begin replies
+	owner  map[string]string   // call id -> key, from Begin and CreateTask replies
 	seen   map[string]bool     // keys
+	// Tasks (record_tasks.go): ListTasks calls, projected per task at
+	// Check; the tasks created, by principal, in reply order; how many
+	// CreateTasks named no task.
+	lists     []listOp
+	tasksOf   map[string][]createdTask
+	anonymous int
 }
 
 type scopeOp struct {
@@ -42,7 +48,8 @@ type scopeOp struct {
 
 // NewRecorder starts a recorder; its clock starts now.
 func NewRecorder() *Recorder {
-	return &Recorder{start: time.Now(), keys: map[string][]string{}, owner: map[string]string{}, seen: map[string]bool{}}
+	return &Recorder{start: time.Now(), keys: map[string][]string{}, owner: map[string]string{}, seen: map[string]bool{},
+		tasksOf: map[string][]createdTask{}}
 }
 
 func (r *Recorder) now() int64 { return int64(time.Since(r.start)) }
@@ -59,8 +66,11 @@ func WithClient(ctx context.Context, n int) context.Context {
 	return context.WithValue(ctx, clientKey{}, n)
 }
 
-// Interceptor records every Begin, Cancel, Complete, Fail, GetCall and
-// CancelScope that passes through it, as its client sees it.
+// Interceptor records every Begin, Cancel, Complete, Fail, GetCall,
+// CancelScope and task RPC (CreateTask, GetTask, WaitTask, ListTasks,
+// CancelTask, SetTaskInput, UpdateTask) that passes through it, as its
+// client sees it. A read whose outcome is not known is left out: it
+// changed nothing.
 func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		in, ok := inputOf(req)
@@ -71,12 +81,19 @@ func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
 		call := r.now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		ret := r.now()
-		if sc, ok := req.(*pb.CancelScopeRequest); ok {
-			r.addScope(sc, reply.(*pb.CancelScopeResponse), err, client, call, ret)
+		switch q := req.(type) {
+		case *pb.CancelScopeRequest:
+			r.addScope(q, reply.(*pb.CancelScopeResponse), err, client, call, ret)
+			return err
+		case *pb.ListTasksRequest:
+			r.addList(q, reply.(*pb.ListTasksResponse), err, client, call, ret)
 			return err
 		}
 		out := outputOf(in, reply, err)
 		if out.Unknown {
+			if pureRead(in.Op) {
+				return err
+			}
 			ret = pending
 		}
 		r.add(in, out, client, call, ret)
@@ -87,6 +104,9 @@ func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
 func (r *Recorder) add(in Input, out Output, client int, call, ret int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if in.Op == OpCreateTask {
+		r.addTaskLocked(&in, out, ret)
+	}
 	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
 	if (in.Op == OpBegin || in.Op == OpRetry) && !r.seen[in.Key] {
 		r.seen[in.Key] = true
@@ -149,15 +169,23 @@ func inputOf(req any) (Input, bool) {
 		return Input{Op: OpGetID, ID: q.GetCallId()}, true
 	case *pb.CancelScopeRequest:
 		return Input{Op: OpCancelScope}, true
+	case *pb.ListTasksRequest:
+		return Input{Op: OpListTask}, true
 	}
-	return Input{}, false
+	return taskInputOf(req)
 }
 
 // outputOf maps a reply, or an error, to the model's output. An error
 // that does not prove the operation had no effect is an unknown outcome.
 func outputOf(in Input, reply any, err error) Output {
+	if err != nil && taskOp(in.Op) {
+		return taskErrorOutput(in, err)
+	}
 	if err != nil {
 		return errorOutput(in, err)
+	}
+	if o, ok := taskOutputOf(reply); ok {
+		return o
 	}
 	switch p := reply.(type) {
 	case *pb.BeginResponse:
@@ -194,9 +222,10 @@ func errorOutput(in Input, err error) Output {
 }
 
 // History returns the recorded operations, each CancelScope projected on
-// every key of its scope, and operations of unknown outcome ending after
-// everything else. resolve maps a call id no Begin reply named (one whose
-// reply was lost) to its key; it may be nil.
+// every key of its scope (and on any task it named), each ListTasks on
+// its tasks, and operations of unknown outcome ending after everything
+// else. resolve maps a call id no Begin reply named (one whose reply was
+// lost) to its key; it may be nil.
 func (r *Recorder) History(resolve func(id string) (string, bool)) ([]porcupine.Operation, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -239,7 +268,12 @@ func (r *Recorder) History(resolve func(id string) (string, bool)) ([]porcupine.
 			in := Input{Op: OpCancelScope, Key: k, Initiator: sc.initiator}
 			out = append(out, porcupine.Operation{ClientId: sc.client, Input: in, Output: o, Call: sc.call, Return: sc.ret})
 		}
+		out = append(out, r.scopeTasksLocked(sc, byKey)...)
 	}
+	for _, l := range r.lists {
+		end = max(end, l.call, l.ret)
+	}
+	out = append(out, r.listsLocked()...)
 	for i := range out {
 		if out[i].Return == pending {
 			out[i].Return = end + 1
@@ -255,9 +289,10 @@ func notPending(t int64) int64 {
 	return t
 }
 
-// Len is how many operations were recorded (a CancelScope counts once).
+// Len is how many operations were recorded (a CancelScope or a ListTasks
+// counts once).
 func (r *Recorder) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.ops) + len(r.scopes)
+	return len(r.ops) + len(r.scopes) + len(r.lists)
 }
