@@ -28,15 +28,16 @@ import (
 )
 
 // TestLinearizable issues Begin, retry Begin, Cancel (by key and by
-// reference), Complete, Fail, GetCall and CancelScope from concurrent
-// clients through real gRPC to three coordinator replicas, each on its
-// own member of a 3-member etcd, records what every client saw with a
-// client interceptor, stops one replica mid-run (its operations in flight
-// have unknown outcomes, as do those that time out), and checks the
-// history for linearizability against the model of a call key.
+// reference), Complete, Fail, GetCall and CancelScope, and the task RPCs
+// (linearizable_tasks_test.go) from concurrent clients through real gRPC
+// to three coordinator replicas, each on its own member of a 3-member
+// etcd, records what every client saw with a client interceptor, stops
+// one replica mid-run (its operations in flight have unknown outcomes, as
+// do those that time out), and checks the history for linearizability
+// against the models of a call key and of a task.
 func TestLinearizable(t *testing.T) {
 	began := time.Now()
-	l := newLinEnv(t, nil)
+	l := newLinEnv(t, linOptions{taskShare: 30})
 	t.Logf("cluster up in %v", time.Since(began))
 	began = time.Now()
 	defer func() { t.Logf("operations took %v", time.Since(began)) }()
@@ -49,7 +50,7 @@ func TestLinearizable(t *testing.T) {
 	if r.Result != porcupine.Ok {
 		t.Fatalf("not linearizable: %v", r)
 	}
-	if r.Partitions < len(l.keys) || r.Operations < 1600 {
+	if r.Partitions < len(l.keys) || r.Operations < 1600 || r.TaskOperations < 300 || r.Tasks < 50 {
 		t.Fatalf("checked too little: %v", r)
 	}
 }
@@ -61,7 +62,7 @@ func TestLinearizable(t *testing.T) {
 // without the fence). Every call still has exactly one decision record,
 // so the invariant checks pass; the model check must not.
 func TestLinearizableCatchesALyingReplica(t *testing.T) {
-	l := newLinEnv(t, staleCancel)
+	l := newLinEnv(t, linOptions{broken: staleCancel})
 	l.run(t, 600, nil)
 	for id, as := range auditsFrom(t, l.cli) {
 		if n := len(decisions(as)); n != 1 {
@@ -109,26 +110,35 @@ func staleCancel() grpc.UnaryServerInterceptor {
 }
 
 // linEnv is the test's cluster: three replicas, two workers offering the
-// idempotent tool (so lost calls may be retried), and a client per replica
-// whose operations are recorded.
+// idempotent tool (so lost calls may be retried) and a task tool, and a
+// client per replica whose operations are recorded.
 type linEnv struct {
-	cli      *clientv3.Client
-	replicas []*linReplica
-	rec      *linearize.Recorder
-	keys     []*pb.CallKey
-	scopes   []string
+	cli       *clientv3.Client
+	replicas  []*linReplica
+	rec       *linearize.Recorder
+	keys      []*pb.CallKey
+	scopes    []string
+	taskShare int // percent of the operations that are task RPCs
 
 	mu    sync.Mutex
 	calls map[string][]*pb.BeginResponse // by model key, oldest first
+	tasks []*linTask                     // oldest first
 }
 
-func newLinEnv(t *testing.T, broken func() grpc.UnaryServerInterceptor) *linEnv {
+// linOptions shape a linEnv.
+type linOptions struct {
+	// broken, if set, wraps replica 1's real coordinator.
+	broken    func() grpc.UnaryServerInterceptor
+	taskShare int
+}
+
+func newLinEnv(t *testing.T, o linOptions) *linEnv {
 	etcd := etcdtest.Start(t, 3, etcdtest.Options{})
-	l := &linEnv{cli: etcd.Client(), rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}}
+	l := &linEnv{cli: etcd.Client(), rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, taskShare: o.taskShare}
 	for i, ep := range etcd.Endpoints() {
 		var icpt func() grpc.UnaryServerInterceptor
 		if i == 1 {
-			icpt = broken
+			icpt = o.broken
 		}
 		l.replicas = append(l.replicas, startReplica(t, ep, fmt.Sprintf("r%d", i), icpt, l.rec))
 	}
@@ -140,10 +150,14 @@ func newLinEnv(t *testing.T, broken func() grpc.UnaryServerInterceptor) *linEnv 
 			w.Handle(worker.Tool{Name: "work", Idempotent: true}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 				return worker.Text("done"), nil
 			})
+			w.Handle(worker.Tool{Name: linTaskTool, TaskSupport: worker.TaskOptional}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+				return worker.Text("done"), nil // never run: the test plays the worker's part
+			})
 		})
 	}
 	for _, r := range l.replicas {
 		waitTools(t, r.client, "work")
+		waitTools(t, r.client, linTaskTool)
 	}
 	for s := range 2 {
 		l.scopes = append(l.scopes, fmt.Sprintf("conn:lin%d", s))
@@ -178,7 +192,8 @@ func startReplica(t *testing.T, endpoint, name string, broken func() grpc.UnaryS
 	if broken != nil {
 		opts = append(opts, grpc.UnaryInterceptor(broken()))
 	}
-	srv, gs := coordinator.New(coordinator.Options{Client: cli, Name: name}), testcluster.GRPCServer(opts...)
+	srv := coordinator.New(coordinator.Options{Client: cli, Name: name, Tasks: coordinator.TaskOptions{MaxPerPrincipal: 100000}})
+	gs := testcluster.GRPCServer(opts...)
 	pb.RegisterCoordinatorServiceServer(gs, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
@@ -263,6 +278,10 @@ func (l *linEnv) one(t *testing.T, r *rand.Rand, c int) {
 	}
 	ctx, cancel := context.WithTimeout(linearize.WithClient(t.Context(), c), timeout)
 	defer cancel()
+	if r.IntN(100) < l.taskShare {
+		l.oneTask(ctx, r, cl)
+		return
+	}
 	k := l.keys[r.IntN(len(l.keys))]
 	mk := linearize.Key(k)
 	b := l.pick(r, mk)
@@ -350,8 +369,9 @@ func (l *linEnv) check(t *testing.T) linearize.Report {
 	if r.Visualisation == "" {
 		os.RemoveAll(dir)
 	}
-	results := map[string]int{}
+	results, kinds := map[string]int{}, map[string]int{}
 	for _, op := range h {
+		kinds[op.Input.(linearize.Input).Op]++
 		o := op.Output.(linearize.Output)
 		switch {
 		case o.Unknown:
@@ -360,7 +380,7 @@ func (l *linEnv) check(t *testing.T) linearize.Report {
 			results[o.Result]++
 		}
 	}
-	t.Logf("%v; outcomes %v", r, results)
+	t.Logf("%v; operations %v; outcomes %v", r, kinds, results)
 	return r
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,12 +21,13 @@ import (
 // operator is the harness's own coordinator client, for the model check
 // (issue 22): two loops issue Begin, retry Begin, Cancel by key and by
 // reference, Complete and Fail (as the call's worker would), GetCall and
-// CancelScope on scopes of their own, through both coordinators while the
-// faults run, and a client interceptor records every operation as the
-// operator saw it. The gateways and workers are separate processes the
-// harness cannot record from inside; their decisions reach the operator's
-// calls only as the janitor's (a lost worker, a call past its deadline),
-// which the model allows at any moment.
+// CancelScope on scopes of their own, and a third the task RPCs (below),
+// through both coordinators while the faults run, and a client
+// interceptor records every operation as the operator saw it. The
+// gateways and workers are separate processes the harness cannot record
+// from inside; their decisions reach the operator's calls and tasks only
+// as the janitor's (a lost worker, a call past its deadline), which the
+// model allows at any moment.
 type operator struct {
 	rec     *linearize.Recorder
 	conns   []*grpc.ClientConn
@@ -34,6 +36,7 @@ type operator struct {
 
 	mu    sync.Mutex
 	calls map[string][]*pb.BeginResponse // by model key, oldest first
+	tasks []*opTask                      // the latest created, oldest first
 }
 
 // operatorPrincipal owns the operator's calls; the client checks skip
@@ -89,7 +92,10 @@ func (op *operator) close() {
 	}
 }
 
-// run issues operations until ctx ends, about 50 a second in all.
+// run issues operations until ctx ends, about 50 a second in all on
+// calls and 10 on tasks. The task loop is one: no two of its operations
+// overlap, which the model's reading of a task's expiry needs (see
+// package linearize, tasks.go).
 func (op *operator) run(ctx context.Context, seed int64) {
 	var wg sync.WaitGroup
 	for n := range 2 {
@@ -101,6 +107,13 @@ func (op *operator) run(ctx context.Context, seed int64) {
 			}
 		})
 	}
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(uint64(seed), 0x7a5c09e7))
+		for ctx.Err() == nil {
+			op.oneTask(linearize.WithClient(context.WithoutCancel(ctx), 2), r)
+			pace(ctx, time.Duration(60+r.IntN(80))*time.Millisecond)
+		}
+	})
 	wg.Wait()
 }
 
@@ -139,9 +152,12 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 }
 
 // finish cancels every call the operator left running in the last two
-// epochs (recorded like the rest), so that settling does not wait for
-// their deadlines; older ones are past them (callTimeout < keyEpoch).
+// epochs, and its latest tasks (recorded like the rest), so that settling
+// does not wait for their deadlines; older ones are past them
+// (callTimeout < keyEpoch, and the coordinators cap a task's TTL below
+// the call timeout).
 func (op *operator) finish(ctx context.Context) {
+	op.finishTasks(ctx)
 	e := op.epoch()
 	keys := keysOf(e)
 	if e > 0 {
@@ -210,4 +226,150 @@ func (op *operator) check(server map[string]*ServerCall, dir string) (linearize.
 		err = linearize.WriteHistory(h, filepath.Join(dir, "linearizability.json"))
 	}
 	return r, err
+}
+
+// The operator's tasks: CreateTask of the fixtures' task tool on the
+// epoch's call keys (which a task must leave alone), as principal
+// operator; GetTask (by operator, and by a stranger, who finds nothing),
+// WaitTask, ListTasks, CancelTask, the worker's Complete, Fail and
+// SetTaskInput (new requests, withdrawals, and keys used before, which
+// are refused), the client's UpdateTask, and Cancel and GetCall of the
+// task's call. The workers never see these tasks' calls run (no gateway
+// executes them): only the operator and the janitor decide them. Their
+// TTL, capped by the coordinators at the longest call timeout, runs out
+// within the run, so the model checks expiry too.
+
+// opStranger asks for the operator's tasks and must find none.
+const opStranger = "operator-stranger"
+
+// opTasksKept is how many of its latest tasks the operator works on.
+const opTasksKept = 8
+
+// opTask is a task the operator created, and the keys of the input
+// requests it asked of it (guarded by operator.mu).
+type opTask struct {
+	task  *pb.Task
+	asked []string
+}
+
+func (t *opTask) ref() *pb.CallRef {
+	return &pb.CallRef{CallId: t.task.GetTaskId(), Fence: t.task.GetFence(), Worker: t.task.GetWorker()}
+}
+
+// oneTask issues one random task operation.
+func (op *operator) oneTask(ctx context.Context, r *rand.Rand) {
+	cl := op.clients[r.IntN(len(op.clients))]
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	t := op.pickTask(r)
+	switch x := r.IntN(100); {
+	case x < 20 || t == nil:
+		op.createTask(ctx, r, cl)
+	case x < 38:
+		cl.GetTask(ctx, &pb.GetTaskRequest{TaskId: t.task.GetTaskId(), Principal: asker(r), WithResult: r.IntN(2) == 0})
+	case x < 41:
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond) // mostly unanswered: a read, left out
+		defer cancel()
+		cl.WaitTask(wctx, &pb.WaitTaskRequest{TaskId: t.task.GetTaskId(), Principal: operatorPrincipal})
+	case x < 44:
+		cl.ListTasks(ctx, &pb.ListTasksRequest{Principal: operatorPrincipal, PageSize: 100})
+	case x < 56:
+		cl.CancelTask(ctx, &pb.CancelTaskRequest{TaskId: t.task.GetTaskId(), Principal: asker(r)})
+	case x < 68:
+		cl.Complete(ctx, &pb.CompleteRequest{Call: t.ref(), TaskResultJson: []byte(`{"content":[{"type":"text","text":"operator"}]}`)})
+	case x < 74:
+		ini := pb.Initiator_INITIATOR_TOOL
+		if r.IntN(2) == 0 {
+			ini = pb.Initiator_INITIATOR_WORKER_LOST
+		}
+		cl.Fail(ctx, &pb.FailRequest{Call: t.ref(), Initiator: ini})
+	case x < 77:
+		cl.Cancel(ctx, &pb.CancelRequest{Target: &pb.CancelRequest_Call{Call: t.ref()}, Initiator: pb.Initiator_INITIATOR_TIMEOUT})
+	case x < 80:
+		cl.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: t.task.GetTaskId()}})
+	case x < 91:
+		cl.SetTaskInput(ctx, op.inputRequest(r, t))
+	default:
+		cl.UpdateTask(ctx, &pb.UpdateTaskRequest{TaskId: t.task.GetTaskId(), Principal: asker(r), InputResponses: op.answers(r, t)})
+	}
+}
+
+func (op *operator) createTask(ctx context.Context, r *rand.Rand, cl pb.CoordinatorServiceClient) {
+	keys := keysOf(op.epoch())
+	resp, err := cl.CreateTask(ctx, &pb.CreateTaskRequest{Key: keys[r.IntN(len(keys))], Tool: taskTool,
+		Principal: operatorPrincipal, Gateway: operatorPrincipal, Ttl: durationpb.New(taskTTL)})
+	if err != nil {
+		return
+	}
+	op.mu.Lock()
+	op.tasks = append(op.tasks, &opTask{task: resp.GetTask()})
+	if n := len(op.tasks); n > opTasksKept {
+		op.tasks = slices.Delete(op.tasks, 0, n-opTasksKept)
+	}
+	op.mu.Unlock()
+}
+
+// asker is the operator, now and then a stranger.
+func asker(r *rand.Rand) string {
+	if r.IntN(10) == 0 {
+		return opStranger
+	}
+	return operatorPrincipal
+}
+
+// pickTask returns one of the latest tasks (mostly the newest), or nil.
+func (op *operator) pickTask(r *rand.Rand) *opTask {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	n := len(op.tasks)
+	if n == 0 {
+		return nil
+	}
+	return op.tasks[n-1-r.IntN(min(n, 1+r.IntN(opTasksKept)))]
+}
+
+// inputRequest asks a new input request of the task (now and then one
+// asked before, which is refused), withdrawing one asked before now and
+// then.
+func (op *operator) inputRequest(r *rand.Rand, t *opTask) *pb.SetTaskInputRequest {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	k := fmt.Sprintf("k%d", len(t.asked))
+	if n := len(t.asked); n > 0 && r.IntN(8) == 0 {
+		k = t.asked[r.IntN(n)]
+	} else {
+		t.asked = append(t.asked, k)
+	}
+	req := &pb.SetTaskInputRequest{Call: t.ref(), Ask: []*pb.TaskInput{{Key: k, Seq: int64(len(t.asked)), Method: "elicitation/create",
+		ParamsJson: []byte(`{"message":"go on?"}`)}}}
+	if n := len(t.asked); n > 1 && r.IntN(3) == 0 {
+		req.Withdraw = []string{t.asked[r.IntN(n)]}
+	}
+	return req
+}
+
+// answers answers some of the requests asked of the task, and one never
+// asked.
+func (op *operator) answers(r *rand.Rand, t *opTask) map[string][]byte {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	out := map[string][]byte{"never-asked": []byte(`{}`)}
+	for _, k := range t.asked {
+		if r.IntN(2) == 0 {
+			out[k] = []byte(`{"action":"accept"}`)
+		}
+	}
+	return out
+}
+
+// finishTasks cancels the operator's latest tasks, one after another.
+func (op *operator) finishTasks(ctx context.Context) {
+	op.mu.Lock()
+	tasks := slices.Clone(op.tasks)
+	op.mu.Unlock()
+	for i, t := range tasks {
+		cctx, cancel := context.WithTimeout(linearize.WithClient(ctx, 2), 3*time.Second)
+		op.clients[i%len(op.clients)].CancelTask(cctx, &pb.CancelTaskRequest{TaskId: t.task.GetTaskId(), Principal: operatorPrincipal})
+		cancel()
+	}
 }
