@@ -262,8 +262,8 @@ func (c *call) abandonBegin(beginID string) (who pb.Initiator, reason string, ok
 		switch {
 		case err == nil && got.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
 			return got.GetWinnerInitiator(), got.GetWinnerReason(), true
-		case err == nil || client.Is(err, client.ErrInvalidArgument):
-			return 0, "", false // never begun, or failed now (or it ended otherwise)
+		case err == nil || client.Is(err, client.ErrInvalidArgument) || client.Is(err, client.ErrUnknownCall):
+			return 0, "", false // never begun, or failed now (or it ended otherwise, long ago)
 		}
 		g.log.Warn("abandoning a Begin whose reply was lost", "scope", c.s.scope, "begin", beginID, "err", err)
 		if retry.Wait(g.base) != nil {

@@ -70,8 +70,9 @@ type CoordinatorServiceClient interface {
 	// AbandonBegin settles a Begin whose caller gave up on its reply (it
 	// timed out, or its link died): exactly one of that Begin and this
 	// wins, in etcd. If the Begin had not committed, it never will; if it
-	// had, its call is failed, unless another decision settled it first.
-	// It is idempotent.
+	// had, its call is failed, unless another decision settled it first
+	// (UNKNOWN_CALL if that call's record has since expired). It is
+	// idempotent.
 	AbandonBegin(ctx context.Context, in *AbandonBeginRequest, opts ...grpc.CallOption) (*AbandonBeginResponse, error)
 	// Attach is a worker's control stream: it registers the worker's tools,
 	// holds its lease, carries stop orders to the worker and the worker's
@@ -462,8 +463,9 @@ type CoordinatorServiceServer interface {
 	// AbandonBegin settles a Begin whose caller gave up on its reply (it
 	// timed out, or its link died): exactly one of that Begin and this
 	// wins, in etcd. If the Begin had not committed, it never will; if it
-	// had, its call is failed, unless another decision settled it first.
-	// It is idempotent.
+	// had, its call is failed, unless another decision settled it first
+	// (UNKNOWN_CALL if that call's record has since expired). It is
+	// idempotent.
 	AbandonBegin(context.Context, *AbandonBeginRequest) (*AbandonBeginResponse, error)
 	// Attach is a worker's control stream: it registers the worker's tools,
 	// holds its lease, carries stop orders to the worker and the worker's
