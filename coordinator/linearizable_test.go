@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -16,12 +17,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/test/robustness/linearize"
 	"github.com/mcpcancel/mcpcancel/worker"
@@ -288,15 +292,9 @@ func (l *linEnv) one(t *testing.T, r *rand.Rand, c int) {
 	var err error
 	switch x := r.IntN(100); {
 	case x < 22 || b == nil:
-		var resp *pb.BeginResponse
-		if resp, err = cl.Begin(ctx, l.beginRequest(k, "")); err == nil {
-			l.began(mk, resp)
-		}
+		l.begin(ctx, r, cl, live, k, "")
 	case x < 27:
-		var resp *pb.BeginResponse
-		if resp, err = cl.Begin(ctx, l.beginRequest(k, b.CallId)); err == nil {
-			l.began(mk, resp)
-		}
+		l.begin(ctx, r, cl, live, k, b.CallId)
 	case x < 45:
 		_, err = cl.Cancel(ctx, &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_CLIENT})
 	case x < 50:
@@ -317,6 +315,29 @@ func (l *linEnv) one(t *testing.T, r *rand.Rand, c int) {
 		_, err = cl.CancelScope(ctx, &pb.CancelScopeRequest{Scope: k.Scope, Initiator: pb.Initiator_INITIATOR_DISCONNECT})
 	}
 	_ = err // every outcome, errors too, is in the recorder's history
+}
+
+// begin places a call. Half the Begins are named, and a named one whose
+// outcome is unknown (mostly one given under 3 ms) is abandoned at once
+// through any live replica, as a gateway abandons a Begin whose reply it
+// lost: the Begin may still be in its replica's commit batch.
+func (l *linEnv) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorServiceClient, live []*linReplica, k *pb.CallKey, retryOf string) {
+	req := l.beginRequest(k, retryOf)
+	if r.IntN(2) == 0 {
+		req.BeginId = randid.New(16)
+	}
+	resp, err := cl.Begin(ctx, req)
+	if err == nil {
+		l.began(linearize.Key(k), resp)
+		return
+	}
+	if req.BeginId == "" || !errors.Is(ctx.Err(), context.DeadlineExceeded) && status.Code(err) != codes.Unavailable {
+		return
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	live[r.IntN(len(live))].client.AbandonBegin(actx, &pb.AbandonBeginRequest{Key: k, BeginId: req.BeginId,
+		Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "the reply was lost"})
 }
 
 func (l *linEnv) beginRequest(k *pb.CallKey, retryOf string) *pb.BeginRequest {

@@ -11,17 +11,22 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
 	"github.com/mcpcancel/mcpcancel/test/robustness/linearize"
 )
 
 // operator is the harness's own coordinator client, for the model check
-// (issue 22): two loops issue Begin, retry Begin, Cancel by key and by
-// reference, Complete and Fail (as the call's worker would), GetCall and
-// CancelScope on scopes of their own, and a third the task RPCs (below),
+// (issue 22): two loops issue Begin (half of them named, and abandoned
+// when their outcome is unknown, as a gateway does), retry Begin,
+// AbandonBegin, Cancel by key and by reference, Complete and Fail (as the
+// call's worker would), GetCall and CancelScope on scopes of their own,
+// and a third the task RPCs (below),
 // through both coordinators while the faults run, and a client
 // interceptor records every operation as the operator saw it. The
 // gateways and workers are separate processes the harness cannot record
@@ -36,6 +41,7 @@ type operator struct {
 
 	mu    sync.Mutex
 	calls map[string][]*pb.BeginResponse // by model key, oldest first
+	named map[string]string              // by model key: its latest named Begin's begin_id
 	tasks []*opTask                      // the latest created, oldest first
 }
 
@@ -44,7 +50,7 @@ type operator struct {
 const operatorPrincipal = "operator"
 
 func newOperator(c *Cluster) (*operator, error) {
-	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}}
+	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}}
 	for _, a := range c.coordAddr {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithUnaryInterceptor(op.rec.Interceptor()))
@@ -127,9 +133,9 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 	b := op.pick(r, mk)
 	switch x := r.IntN(100); {
 	case x < 25 || b == nil:
-		op.begin(ctx, cl, mk, op.beginRequest(k, ""))
+		op.begin(ctx, r, cl, mk, op.beginRequest(k, ""))
 	case x < 30:
-		op.begin(ctx, cl, mk, op.beginRequest(k, b.CallId))
+		op.begin(ctx, r, cl, mk, op.beginRequest(k, b.CallId))
 	case x < 45:
 		cl.Cancel(ctx, &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k}, Initiator: pb.Initiator_INITIATOR_OPERATOR})
 	case x < 50:
@@ -146,8 +152,17 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 		cl.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{Key: k}})
 	case x < 96:
 		cl.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: b.CallId}})
-	default:
+	case x < 98:
 		cl.CancelScope(ctx, &pb.CancelScopeRequest{Scope: k.Scope, Initiator: pb.Initiator_INITIATOR_OPERATOR})
+	default:
+		// Abandon the key's latest named Begin, whatever became of it
+		// (mostly it was answered, and its call is failed if it runs).
+		op.mu.Lock()
+		id := op.named[mk]
+		op.mu.Unlock()
+		if id != "" {
+			cl.AbandonBegin(ctx, abandonRequest(k, id))
+		}
 	}
 }
 
@@ -181,12 +196,48 @@ func (op *operator) beginRequest(k *pb.CallKey, retryOf string) *pb.BeginRequest
 		RetryOf: retryOf, Timeout: durationpb.New(callTimeout)}
 }
 
-func (op *operator) begin(ctx context.Context, cl pb.CoordinatorServiceClient, mk string, req *pb.BeginRequest) {
-	if b, err := cl.Begin(ctx, req); err == nil {
+// begin places a call; half its Begins are named, and one of those whose
+// outcome is unknown is abandoned, as a gateway abandons a Begin whose
+// reply it lost, on the other coordinator when there are two.
+func (op *operator) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorServiceClient, mk string, req *pb.BeginRequest) {
+	if r.IntN(2) == 0 {
+		req.BeginId = randid.New(16)
+		op.mu.Lock()
+		op.named[mk] = req.BeginId
+		op.mu.Unlock()
+	}
+	b, err := cl.Begin(ctx, req)
+	if err == nil {
 		op.mu.Lock()
 		op.calls[mk] = append(op.calls[mk], b)
 		op.mu.Unlock()
+		return
 	}
+	if req.BeginId == "" || !outcomeUnknown(err) {
+		return
+	}
+	for try := range 3 {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+		_, err := op.clients[(r.IntN(len(op.clients))+try)%len(op.clients)].AbandonBegin(actx, abandonRequest(req.Key, req.BeginId))
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+}
+
+// outcomeUnknown says a Begin's error leaves open whether it committed.
+func outcomeUnknown(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
+		return true
+	}
+	return false
+}
+
+func abandonRequest(k *pb.CallKey, beginID string) *pb.AbandonBeginRequest {
+	return &pb.AbandonBeginRequest{Key: k, BeginId: beginID, Initiator: pb.Initiator_INITIATOR_DISCONNECT,
+		Reason: "the operator lost Begin's reply"}
 }
 
 func callRef(b *pb.BeginResponse) *pb.CallRef {

@@ -24,6 +24,9 @@ type Report struct {
 	// that found the task missing as kind "/missing".
 	TaskOperations, Tasks int
 	TaskKinds             map[string]int
+	// Abandons are the AbandonBegins, NotBegun those that found their
+	// Begin had not committed (and so never would).
+	Abandons, NotBegun int
 	// Visualisation is the path of porcupine's HTML rendering of the
 	// history, written when the check failed.
 	Visualisation string
@@ -38,6 +41,9 @@ func (r Report) String() string {
 			kinds = append(kinds, fmt.Sprintf("%s %d", k, r.TaskKinds[k]))
 		}
 		s += " (" + strings.Join(kinds, ", ") + ")"
+	}
+	if r.Abandons > 0 {
+		s += fmt.Sprintf("; %d abandoned Begins (%d not begun)", r.Abandons, r.NotBegun)
 	}
 	if r.Visualisation != "" {
 		s += "; visualisation in " + r.Visualisation
@@ -67,6 +73,12 @@ func Check(o Options, history []porcupine.Operation, timeout time.Duration, html
 		}
 	}
 	for _, op := range history {
+		if op.Input.(Input).Op == OpAbandon {
+			r.Abandons++
+			if op.Output.(Output).Result == RNotBegun {
+				r.NotBegun++
+			}
+		}
 		if op.Output.(Output).Unknown {
 			r.Unknown++
 		}

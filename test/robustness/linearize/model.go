@@ -34,14 +34,15 @@ import (
 // Operation kinds.
 const (
 	OpBegin       = "begin"
-	OpRetry       = "retry"        // Begin with retry_of = ID
-	OpCancelKey   = "cancel_key"   // Cancel naming the key
-	OpCancelRef   = "cancel_ref"   // Cancel naming call ID
-	OpComplete    = "complete"     // Complete of call ID
-	OpFail        = "fail"         // Fail of call ID
-	OpGetKey      = "get_key"      // GetCall naming the key
-	OpGetID       = "get_id"       // GetCall naming call ID
-	OpCancelScope = "cancel_scope" // CancelScope, projected on one key
+	OpRetry       = "retry"         // Begin with retry_of = ID
+	OpCancelKey   = "cancel_key"    // Cancel naming the key
+	OpCancelRef   = "cancel_ref"    // Cancel naming call ID
+	OpComplete    = "complete"      // Complete of call ID
+	OpFail        = "fail"          // Fail of call ID
+	OpGetKey      = "get_key"       // GetCall naming the key
+	OpGetID       = "get_id"        // GetCall naming call ID
+	OpCancelScope = "cancel_scope"  // CancelScope, projected on one key
+	OpAbandon     = "abandon_begin" // AbandonBegin of the Begin named BeginID (abandon.go)
 )
 
 // Call states, as the model and GetCall name them.
@@ -65,6 +66,8 @@ const (
 	RDuplicate        = "DUPLICATE"     // Begin: the key's call still runs
 	RNotRetryable     = "NOT_RETRYABLE" // retry Begin refused
 	RRefused          = "REFUSED"       // Begin refused for a reason the key's state does not decide (no worker, no capacity)
+	RAbandoned        = "ABANDONED"     // Begin: its caller abandoned it first
+	RNotBegun         = "NOT_BEGUN"     // AbandonBegin: the Begin had not committed, and never will
 )
 
 // WorkerLost is the initiator of a failure because the worker was lost.
@@ -83,6 +86,9 @@ type Input struct {
 	// answers, Withdraw those a SetTaskInput withdraws (sets, see keySet).
 	Keys     string `json:",omitempty"`
 	Withdraw string `json:",omitempty"`
+	// BeginID names a Begin (or retry) for AbandonBegin, and the Begin
+	// an AbandonBegin abandons.
+	BeginID string `json:",omitempty"`
 }
 
 // Output is what the client got back.
@@ -108,6 +114,7 @@ type call struct {
 	Initiator string
 	Reason    string // the deciding operation's; janitorReason for the janitor's
 	Retry     bool
+	BeginID   string // the Begin that placed it, if named
 	// Gone says retention removed the settled call's record, IndexGone
 	// its key's index entry (written at Begin, it expires first): found
 	// missing, by id or by key, it may not be found so again.
@@ -172,38 +179,54 @@ type Options struct {
 func Model(o Options) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Partition: partition,
-		Init:      func() []interface{} { return []interface{}{state(nil)} },
+		Init:      func() []interface{} { return []interface{}{keyState{}} },
 		Step: func(st, in, out interface{}) []interface{} {
-			s, i, o2 := st.(state), in.(Input), out.(Output)
+			ks, i, o2 := st.(keyState), in.(Input), out.(Output)
+			s := ks.calls
 			pre := []state{s}
 			if o.Janitor {
 				pre = append(pre, janitor(s, WorkerLost), janitor(s, "timeout"))
 			}
 			var next []interface{}
 			for _, p := range pre {
+				if i.Op == OpAbandon || i.BeginID != "" || o2.Result == RAbandoned {
+					for _, n := range stepAbandoning(keyState{p, ks.abandoned}, i, o2, o) {
+						next = append(next, n)
+					}
+					continue
+				}
 				if taskOp(i.Op) {
 					for _, n := range stepTask(p, i, o2, o) {
-						next = append(next, n)
+						next = append(next, keyState{n, ks.abandoned})
 					}
 					continue
 				}
-				if o.Retention && missing(i, o2) {
-					if n, ok := forget(p, i); ok {
-						next = append(next, n)
-					}
-					continue
-				}
-				for _, n := range step(p, i, o2, o) {
-					next = append(next, n)
+				for _, n := range stepCall(p, i, o2, o) {
+					next = append(next, keyState{n, ks.abandoned})
 				}
 			}
 			return next
 		},
-		Equal:             func(a, b interface{}) bool { return slices.Equal(a.(state), b.(state)) },
+		Equal: func(a, b interface{}) bool {
+			x, y := a.(keyState), b.(keyState)
+			return x.abandoned == y.abandoned && slices.Equal(x.calls, y.calls)
+		},
 		DescribeOperation: describeOperation,
 		DescribeState:     describeState,
 	}
 	return nm.ToModel()
+}
+
+// stepCall returns the states s may move to by a call's operation,
+// retention's forgetting included.
+func stepCall(s state, in Input, out Output, o Options) []state {
+	if o.Retention && missing(in, out) {
+		if n, ok := forget(s, in); ok {
+			return []state{n}
+		}
+		return nil
+	}
+	return step(s, in, out, o)
 }
 
 // missing says an operation found no call.
@@ -273,7 +296,7 @@ func effects(s state, in Input) []state {
 	switch in.Op {
 	case OpBegin, OpRetry:
 		if ok, retry := placeable(s, in); ok {
-			out = append(out, s.plus(call{State: Running, Retry: retry}))
+			out = append(out, s.plus(call{State: Running, Retry: retry, BeginID: in.BeginID}))
 		}
 	case OpCancelKey, OpCancelScope:
 		if c, ok := s.latest(); ok && c.State == Running && !c.Task {
@@ -363,7 +386,7 @@ func applyBegin(s state, in Input, out Output, o Options) (state, bool) {
 	ok, retry := placeable(s, in)
 	switch out.Result {
 	case "":
-		return s.plus(call{ID: out.ID, State: Running, Retry: retry}), ok && out.ID != ""
+		return s.plus(call{ID: out.ID, State: Running, Retry: retry, BeginID: in.BeginID}), ok && out.ID != ""
 	case RDuplicate:
 		c, any := s.latest()
 		return s, in.Op == OpBegin && any && c.State == Running
@@ -445,6 +468,9 @@ func describeOperation(in, out interface{}) string {
 	if i.Initiator != "" {
 		fmt.Fprintf(&b, " by %s", i.Initiator)
 	}
+	if i.BeginID != "" {
+		fmt.Fprintf(&b, " begin %s", short(i.BeginID))
+	}
 	if i.Withdraw != "" {
 		fmt.Fprintf(&b, " withdraw [%s]", i.Withdraw)
 	}
@@ -473,8 +499,12 @@ func describeOperation(in, out interface{}) string {
 }
 
 func describeState(st interface{}) string {
-	s := st.(state)
+	ks := st.(keyState)
+	s := ks.calls
 	if len(s) == 0 {
+		if ks.abandoned != "" {
+			return "no call; abandoned [" + ks.abandoned + "]"
+		}
 		return "no call"
 	}
 	var parts []string
@@ -499,6 +529,9 @@ func describeState(st interface{}) string {
 			d += " (expired)"
 		}
 		parts = append(parts, d)
+	}
+	if ks.abandoned != "" {
+		parts = append(parts, "abandoned ["+ks.abandoned+"]")
 	}
 	return strings.Join(parts, "; ")
 }

@@ -66,7 +66,7 @@ func WithClient(ctx context.Context, n int) context.Context {
 	return context.WithValue(ctx, clientKey{}, n)
 }
 
-// Interceptor records every Begin, Cancel, Complete, Fail, GetCall,
+// Interceptor records every Begin, AbandonBegin, Cancel, Complete, Fail, GetCall,
 // CancelScope and task RPC (CreateTask, GetTask, WaitTask, ListTasks,
 // CancelTask, SetTaskInput, UpdateTask) that passes through it, as its
 // client sees it. A read whose outcome is not known is left out: it
@@ -149,9 +149,12 @@ func inputOf(req any) (Input, bool) {
 	switch q := req.(type) {
 	case *pb.BeginRequest:
 		if q.GetRetryOf() != "" {
-			return Input{Op: OpRetry, Key: Key(q.GetKey()), ID: q.GetRetryOf()}, true
+			return Input{Op: OpRetry, Key: Key(q.GetKey()), ID: q.GetRetryOf(), BeginID: q.GetBeginId()}, true
 		}
-		return Input{Op: OpBegin, Key: Key(q.GetKey())}, true
+		return Input{Op: OpBegin, Key: Key(q.GetKey()), BeginID: q.GetBeginId()}, true
+	case *pb.AbandonBeginRequest:
+		return Input{Op: OpAbandon, Key: Key(q.GetKey()), BeginID: q.GetBeginId(),
+			Initiator: coordinator.InitiatorName(q.GetInitiator()), Reason: q.GetReason()}, true
 	case *pb.CancelRequest:
 		ini := coordinator.InitiatorName(q.GetInitiator())
 		if k := q.GetKey(); k != nil {
@@ -196,6 +199,11 @@ func outputOf(in Input, reply any, err error) Output {
 		return Output{Result: strings.TrimPrefix(p.GetResult().String(), "SETTLE_RESULT_")}
 	case *pb.FailResponse:
 		return Output{Result: strings.TrimPrefix(p.GetResult().String(), "SETTLE_RESULT_")}
+	case *pb.AbandonBeginResponse:
+		if !p.GetBegun() {
+			return Output{Result: RNotBegun}
+		}
+		return Output{Result: strings.TrimPrefix(p.GetResult().String(), "SETTLE_RESULT_"), ID: p.GetCallId()}
 	case *pb.GetCallResponse:
 		c := p.GetCall()
 		return Output{ID: c.GetCallId(), State: strings.ToLower(strings.TrimPrefix(c.GetState().String(), "CALL_STATE_"))}
@@ -210,6 +218,8 @@ func errorOutput(in Input, err error) Output {
 		return Output{Result: RDuplicate}
 	case reason == "NOT_RETRYABLE":
 		return Output{Result: RNotRetryable}
+	case reason == "BEGIN_ABANDONED":
+		return Output{Result: RAbandoned}
 	case reason == "UNKNOWN_CALL" || (code == codes.NotFound && in.Op != OpBegin && in.Op != OpRetry):
 		return Output{Result: RNotFound}
 	case code == codes.NotFound, code == codes.ResourceExhausted, code == codes.InvalidArgument:
