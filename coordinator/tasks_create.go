@@ -124,7 +124,7 @@ func (s *Server) revokeTaskLease(ctx context.Context, id clientv3.LeaseID) {
 // entry in one transaction, if the worker is still the one we saw and the
 // session has not been closed. It returns the fence.
 func (s *Server) createTaskTxn(ctx context.Context, rec *callRecord, w *workerEntry) (int64, error) {
-	lease, err := s.retention.lease(ctx)
+	lease, err := s.begunLease.lease(ctx) // as Begin's: it outlives the call's last possible decision
 	if err != nil {
 		return 0, err
 	}
@@ -145,7 +145,7 @@ func (s *Server) createTaskTxn(ctx context.Context, rec *callRecord, w *workerEn
 	).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.retention.forget(lease)
+			s.begunLease.forget(lease)
 		}
 		return 0, etcdErr(ctx, "create task", err)
 	}
