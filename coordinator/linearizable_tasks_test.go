@@ -2,7 +2,6 @@ package coordinator_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -33,12 +32,12 @@ const linTaskTool = "job"
 // linPrincipals own the tasks; mallory owns none.
 var linPrincipals = []string{"alice", "bob"}
 
-// linTask is a task the workload created, and the keys of the input
-// requests it asked of it (guarded by linEnv.mu).
+// linTask is a task the workload created, and the input requests it
+// asked of it (guarded by linEnv.mu).
 type linTask struct {
 	task      *pb.Task
 	principal string
-	asked     []string
+	inputs    linearize.TaskInputs
 }
 
 func (lt *linTask) id() string { return lt.task.GetTaskId() }
@@ -106,38 +105,19 @@ func (l *linEnv) asker(r *rand.Rand, lt *linTask) string {
 	return lt.principal
 }
 
-// inputRequest asks a new input request of the task (now and then one
-// asked before, which is refused), withdrawing one asked before now and
-// then.
+// inputRequest asks a new input request of the task (see
+// linearize.TaskInputs).
 func (l *linEnv) inputRequest(r *rand.Rand, lt *linTask) *pb.SetTaskInputRequest {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := fmt.Sprintf("k%d", len(lt.asked))
-	if n := len(lt.asked); n > 0 && r.IntN(8) == 0 {
-		k = lt.asked[r.IntN(n)]
-	} else {
-		lt.asked = append(lt.asked, k)
-	}
-	req := &pb.SetTaskInputRequest{Call: lt.ref(), Ask: []*pb.TaskInput{{Key: k, Seq: int64(len(lt.asked)), Method: "elicitation/create",
-		ParamsJson: []byte(`{"message":"go on?"}`)}}}
-	if n := len(lt.asked); n > 1 && r.IntN(3) == 0 {
-		req.Withdraw = []string{lt.asked[r.IntN(n)]}
-	}
-	return req
+	return lt.inputs.Request(r, lt.ref())
 }
 
-// answers answers some of the requests asked of the task, and one never
-// asked.
+// answers answers some of the requests asked of the task.
 func (l *linEnv) answers(r *rand.Rand, lt *linTask) map[string][]byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := map[string][]byte{"never-asked": []byte(`{}`)}
-	for _, k := range lt.asked {
-		if r.IntN(2) == 0 {
-			out[k] = []byte(`{"action":"accept"}`)
-		}
-	}
-	return out
+	return lt.inputs.Answers(r)
 }
 
 // pickTask returns a task the workload created (mostly a recent one), or

@@ -296,11 +296,11 @@ const opStranger = "operator-stranger"
 // opTasksKept is how many of its latest tasks the operator works on.
 const opTasksKept = 8
 
-// opTask is a task the operator created, and the keys of the input
-// requests it asked of it (guarded by operator.mu).
+// opTask is a task the operator created, and the input requests it
+// asked of it (guarded by operator.mu).
 type opTask struct {
-	task  *pb.Task
-	asked []string
+	task   *pb.Task
+	inputs linearize.TaskInputs
 }
 
 func (t *opTask) ref() *pb.CallRef {
@@ -379,38 +379,19 @@ func (op *operator) pickTask(r *rand.Rand) *opTask {
 	return op.tasks[n-1-r.IntN(min(n, 1+r.IntN(opTasksKept)))]
 }
 
-// inputRequest asks a new input request of the task (now and then one
-// asked before, which is refused), withdrawing one asked before now and
-// then.
+// inputRequest asks a new input request of the task (see
+// linearize.TaskInputs).
 func (op *operator) inputRequest(r *rand.Rand, t *opTask) *pb.SetTaskInputRequest {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	k := fmt.Sprintf("k%d", len(t.asked))
-	if n := len(t.asked); n > 0 && r.IntN(8) == 0 {
-		k = t.asked[r.IntN(n)]
-	} else {
-		t.asked = append(t.asked, k)
-	}
-	req := &pb.SetTaskInputRequest{Call: t.ref(), Ask: []*pb.TaskInput{{Key: k, Seq: int64(len(t.asked)), Method: "elicitation/create",
-		ParamsJson: []byte(`{"message":"go on?"}`)}}}
-	if n := len(t.asked); n > 1 && r.IntN(3) == 0 {
-		req.Withdraw = []string{t.asked[r.IntN(n)]}
-	}
-	return req
+	return t.inputs.Request(r, t.ref())
 }
 
-// answers answers some of the requests asked of the task, and one never
-// asked.
+// answers answers some of the requests asked of the task.
 func (op *operator) answers(r *rand.Rand, t *opTask) map[string][]byte {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	out := map[string][]byte{"never-asked": []byte(`{}`)}
-	for _, k := range t.asked {
-		if r.IntN(2) == 0 {
-			out[k] = []byte(`{"action":"accept"}`)
-		}
-	}
-	return out
+	return t.inputs.Answers(r)
 }
 
 // finishTasks cancels the operator's latest tasks, one after another.
