@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 type system struct {
 	etcd  *clientv3.Client
 	coord pb.CoordinatorServiceClient
+	gw    *gateway.Gateway
 	url   string // the gateway's MCP endpoint
 }
 
@@ -48,7 +49,7 @@ func startSystem(t *testing.T, register func(*worker.Worker)) *system {
 	e := etcdtest.Single(t)
 	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
 	s := &system{etcd: e.Client(), coord: c.Client(t)}
-	_, s.url = testcluster.StartGateway(t, s.coord, gateway.Options{})
+	s.gw, s.url = testcluster.StartGateway(t, s.coord, gateway.Options{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: c.Addr, Name: "w"}, register)
 	return s
 }
