@@ -63,6 +63,17 @@ func TestTaskCheckerAcceptsAGoodHistory(t *testing.T) {
 	if vs := Check(goodTaskHistory()); len(vs) != 0 {
 		t.Fatalf("violations in a good history:\n%s", Report(0, vs))
 	}
+	// A probe's task whose TTL ran out before it ended (its gateway was
+	// killed before the run began; the janitor failed it): the other
+	// gateway rightly says it is gone.
+	h0 := goodTaskHistory()
+	s0 := h0.Server["k4"]
+	s0.States[1].State, s0.States[1].Initiator, s0.States[1].Settled, s0.States[1].Seen = "failed", "timeout", at(7000), at(7005)
+	s0.Audits[0].Outcome, s0.Audits[0].Initiator, s0.Audits[0].Settled, s0.ResultStored = "failed", "timeout", at(7000), false
+	h0.Tasks[3].Ops[1] = TaskOp{Method: "tasks/result", Gateway: 0, Sent: at(50), At: at(7010), Status: "unknown", Code: -32602}
+	if vs := Check(h0); len(vs) != 0 {
+		t.Fatalf("violations in a probe whose task expired before it ended:\n%s", Report(0, vs))
+	}
 	// A task that failed, its worker lost: tasks/result is its error result.
 	h := goodTaskHistory()
 	s := h.Server["k3"]
@@ -117,6 +128,9 @@ func TestTaskCheckerFlagsBadHistories(t *testing.T) {
 			h.Tasks[3].Ops[1].Status, h.Tasks[3].Ops[1].Broken = "", "HTTP 503"
 		}, []string{VTaskNotServed}},
 		{"served by the gateway that was killed", func(h *History) { h.Tasks[3].Ops[1].Gateway = 1 }, []string{VTaskNotServed}},
+		{"served as gone though it ended within its TTL", func(h *History) {
+			h.Tasks[3].Ops[1] = TaskOp{Method: "tasks/result", Gateway: 0, Sent: at(50), At: at(5100), Status: "unknown", Code: -32602}
+		}, []string{VTaskNotServed}},
 		{"a decision audited without its task id", func(h *History) { h.Server["k1"].Audits[0].TaskID = "" }, []string{VAuditMismatch}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
