@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -17,9 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -331,7 +328,7 @@ func (l *linEnv) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorServi
 		l.began(linearize.Key(k), resp)
 		return
 	}
-	if req.BeginId == "" || !errors.Is(ctx.Err(), context.DeadlineExceeded) && status.Code(err) != codes.Unavailable {
+	if req.BeginId == "" || !linearize.BeginOutcomeUnknown(err) {
 		return
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)

@@ -11,9 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -213,7 +211,7 @@ func (op *operator) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorSe
 		op.mu.Unlock()
 		return
 	}
-	if req.BeginId == "" || !outcomeUnknown(err) {
+	if req.BeginId == "" || !linearize.BeginOutcomeUnknown(err) {
 		return
 	}
 	for try := range 3 {
@@ -224,15 +222,6 @@ func (op *operator) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorSe
 			return
 		}
 	}
-}
-
-// outcomeUnknown says a Begin's error leaves open whether it committed.
-func outcomeUnknown(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
-		return true
-	}
-	return false
 }
 
 func abandonRequest(k *pb.CallKey, beginID string) *pb.AbandonBeginRequest {

@@ -211,6 +211,13 @@ func outputOf(in Input, reply any, err error) Output {
 	return Output{Unknown: true}
 }
 
+// BeginOutcomeUnknown says a Begin's error leaves open whether it
+// committed, as the model reads it: a workload abandons such a Begin, as
+// a gateway does.
+func BeginOutcomeUnknown(err error) bool {
+	return err != nil && errorOutput(Input{Op: OpBegin}, err).Unknown
+}
+
 func errorOutput(in Input, err error) Output {
 	reason := coordinator.ErrorReason(err)
 	switch code := status.Code(err); {
