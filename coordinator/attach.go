@@ -134,7 +134,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	s.log.Info("worker attached", "worker", info.Name, "address", info.Address, "lease", int64(lease), "adopted", adopted)
 	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Attached{Attached: &pb.Attached{
 		LeaseId: int64(lease), Adopted: adopted, LeaseTtl: durationpb.New(s.opts.LeaseTTL), Coordinator: s.opts.Name,
-		HeartbeatInterval: durationpb.New(wl.every), EchoesHeartbeats: true,
+		HeartbeatInterval: durationpb.New(wl.every), EchoesHeartbeats: true, CompletesOnStream: true,
 	}}})
 	if err := s.pushPendingStops(ctx, info.Name); err != nil {
 		return toStatus(err)
@@ -252,6 +252,8 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 		return s.updateWorker(ctx, a, func(i *workerInfo) {
 			i.Tools, i.Offers, i.Features = toolDefs(tc.GetTools()), offerDefs(tc.GetOffers()), featuresOf(tc.GetFeatures())
 		})
+	case *pb.AttachRequest_Complete:
+		s.completeOnStream(ctx, a, msg.Complete)
 	case *pb.AttachRequest_Notification:
 		s.workerNotification(ctx, a, msg.Notification)
 	case *pb.AttachRequest_Heartbeat:

@@ -11,6 +11,9 @@ type metrics struct {
 	reg       *prometheus.Registry
 	decisions *prometheus.CounterVec
 	cancels   *prometheus.CounterVec
+	// Completions sent on workers' control streams (CompleteCall), which
+	// gRPC's per-method metrics do not see.
+	streamCompletes prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -24,6 +27,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "mcpcancel_coordinator_cancellations_total",
 			Help: "Cancel requests this replica answered, by result (cancelled, already_completed, already_failed, already_cancelled, unknown).",
 		}, []string{"result"}),
+		streamCompletes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpcancel_coordinator_stream_completions_total",
+			Help: "Completions workers sent on their control streams rather than as Complete RPCs.",
+		}),
 	}
 	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mcpcancel_coordinator_workers",
@@ -41,7 +48,7 @@ func newMetrics(s *Server) *metrics {
 		defer s.view.mu.Unlock()
 		return float64(len(s.view.owners))
 	})
-	m.reg.MustRegister(m.decisions, m.cancels, workers, running,
+	m.reg.MustRegister(m.decisions, m.cancels, m.streamCompletes, workers, running,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
@@ -26,37 +25,6 @@ func dropFirstReply(method string, dropped *atomic.Bool) grpc.DialOption {
 		}
 		return err
 	})
-}
-
-// Regression (issue 14): a Complete whose reply was lost after it
-// committed was retried, got ALREADY_COMPLETED, and the worker sent a
-// Cancelled event: the audit said completed, the client never got its
-// result. The retry is now recognised as won and the result goes out.
-func TestCompleteReplyLostAfterCommit(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	var dropped atomic.Bool
-	w := testcluster.StartWorker(t, worker.Options{
-		Coordinator: e.coords[0].Addr, Name: "lossy",
-		DialOptions: []grpc.DialOption{dropFirstReply("Complete", &dropped)},
-	}, func(w *worker.Worker) { w.Handle(worker.Tool{Name: "say"}, echoText) })
-	waitTools(t, e.c, "say")
-	b := e.begin(t, e.c, key("conn:lost-complete", num(1)), "say")
-	s, err := w.Client(t).Execute(t.Context(), &pb.ExecuteRequest{
-		CallId: b.CallId, Fence: b.Fence, Tool: "say", ArgumentsJson: []byte(`{"text":"kept"}`), Deadline: b.Deadline, Worker: b.Worker,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	final := (&execStream{stream: s}).final(t)
-	if !dropped.Load() {
-		t.Fatal("the interceptor dropped no Complete reply")
-	}
-	if final.GetResult() == nil || !strings.Contains(string(final.GetResult().GetResultJson()), "kept") {
-		t.Fatalf("final event = %v, want the result", final)
-	}
-	if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 || got[0] != "completed" {
-		t.Fatalf("audit = %v, want [completed]", got)
-	}
 }
 
 // A retried Fail whose first attempt won is recognised as won, and the

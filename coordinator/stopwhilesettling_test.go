@@ -21,6 +21,7 @@ import (
 // holdComplete is a client interceptor that holds every Complete, as a
 // coordinator that never answers would, until release is closed, and then
 // fails it with a code settle does not retry: the worker gives up on it.
+// (With asOlderCoordinator: the worker's Completes are RPCs.)
 func holdComplete(held chan<- struct{}, release <-chan struct{}) grpc.DialOption {
 	return grpc.WithUnaryInterceptor(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if !strings.HasSuffix(m, "/Complete") {
@@ -49,7 +50,7 @@ func TestStopOrderWhileSettlingClearsOwnerKey(t *testing.T) {
 	giveUp := sync.OnceFunc(func() { close(release) })
 	hold := newHoldTool(false)
 	w := testcluster.StartWorker(t, worker.Options{
-		Coordinator: co.Addr, Name: "stuck", DialOptions: []grpc.DialOption{holdComplete(held, release)},
+		Coordinator: co.Addr, Name: "stuck", DialOptions: []grpc.DialOption{asOlderCoordinator(), holdComplete(held, release)},
 	}, hold.register)
 	t.Cleanup(giveUp) // before the worker stops: its settle waits on it
 	c := co.Client(t)

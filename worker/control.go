@@ -45,16 +45,21 @@ type control struct {
 	coordinator string
 	pending     []*pb.HandlerStopped // stop reports, kept across streams
 	outbox      []*pb.AttachRequest  // control messages for this stream
-	draining    bool
-	detaching   bool
-	helloWait   time.Duration // for a re-attach's hello; 0 before the first attach
-	wake        chan struct{} // something to send
-	attached    chan struct{} // closed on the first successful attach
-	once        sync.Once
+	// completesOnStream: the stream's replica takes completions on it;
+	// completing holds those sent and not yet answered, by seq.
+	completesOnStream bool
+	completeSeq       uint64
+	completing        map[uint64]chan *pb.CompleteReply
+	draining          bool
+	detaching         bool
+	helloWait         time.Duration // for a re-attach's hello; 0 before the first attach
+	wake              chan struct{} // something to send
+	attached          chan struct{} // closed on the first successful attach
+	once              sync.Once
 }
 
 func newControl(w *Worker) *control {
-	return &control{w: w, wake: make(chan struct{}, 1), attached: make(chan struct{})}
+	return &control{w: w, wake: make(chan struct{}, 1), attached: make(chan struct{}), completing: map[uint64]chan *pb.CompleteReply{}}
 }
 
 // Attached is closed once the worker has attached to a coordinator for the
@@ -100,6 +105,7 @@ func (c *control) session(ctx context.Context) error {
 	c.lease = att.GetLeaseId()
 	c.stream = stream
 	c.coordinator = att.GetCoordinator()
+	c.completesOnStream = att.GetCompletesOnStream()
 	c.outbox = nil // the hello said it all
 	if c.draining {
 		c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_Drain{Drain: &pb.Drain{}}})
@@ -118,6 +124,7 @@ func (c *control) session(ctx context.Context) error {
 	defer func() {
 		c.mu.Lock()
 		c.stream = nil
+		c.unansweredLocked()
 		c.mu.Unlock()
 	}()
 	c.signal()
@@ -239,6 +246,9 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient, heard *last
 		}
 		if end := m.GetSessionEnded(); end != nil {
 			c.w.sessionEnded(end.GetSession())
+		}
+		if r := m.GetCompleted(); r != nil {
+			c.completed(r)
 		}
 	}
 }

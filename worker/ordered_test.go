@@ -147,7 +147,7 @@ func startOrderedEnv(t *testing.T) *orderedEnv {
 }
 
 // settleRPCs counts the Complete, Fail and Cancel RPCs the coordinator
-// answered.
+// answered, and the completions it took on control streams.
 func settleRPCs(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -156,6 +156,9 @@ func settleRPCs(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	var n float64
 	for _, mf := range mfs {
+		if mf.GetName() == "mcpcancel_coordinator_stream_completions_total" {
+			n += mf.GetMetric()[0].GetCounter().GetValue()
+		}
 		if mf.GetName() != "grpc_server_handled_total" {
 			continue
 		}

@@ -121,7 +121,7 @@ func (e *execution) settleUnlessOrdered(rpc func(context.Context) error) (*pb.St
 func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
 	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
-		r, err = e.w.coord.Complete(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError,
+		r, err = e.w.ctrl.completeCall(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError,
 			ChildRequests: e.toward.children(), TaskResultJson: e.taskResult(res.body)})
 		return err
 	})

@@ -1065,6 +1065,7 @@ type AttachRequest struct {
 	//	*AttachRequest_Detach
 	//	*AttachRequest_ToolsChanged
 	//	*AttachRequest_Heartbeat
+	//	*AttachRequest_Complete
 	//	*AttachRequest_Notification
 	Msg           isAttachRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
@@ -1162,6 +1163,15 @@ func (x *AttachRequest) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *AttachRequest) GetComplete() *CompleteCall {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachRequest_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
 func (x *AttachRequest) GetNotification() *SessionNotification {
 	if x != nil {
 		if x, ok := x.Msg.(*AttachRequest_Notification); ok {
@@ -1206,6 +1216,13 @@ type AttachRequest_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,6,opt,name=heartbeat,proto3,oneof"`
 }
 
+type AttachRequest_Complete struct {
+	// A call's completion, as CoordinatorService.Complete takes it, when
+	// Attached.completes_on_stream says this replica takes it here: one
+	// message on a stream the worker holds anyway, not an RPC per call.
+	Complete *CompleteCall `protobuf:"bytes,7,opt,name=complete,proto3,oneof"`
+}
+
 type AttachRequest_Notification struct {
 	// A notification for client sessions, unrelated to any call.
 	Notification *SessionNotification `protobuf:"bytes,50,opt,name=notification,proto3,oneof"`
@@ -1222,6 +1239,8 @@ func (*AttachRequest_Detach) isAttachRequest_Msg() {}
 func (*AttachRequest_ToolsChanged) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Heartbeat) isAttachRequest_Msg() {}
+
+func (*AttachRequest_Complete) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Notification) isAttachRequest_Msg() {}
 
@@ -1386,6 +1405,145 @@ func (x *HandlerStopped) GetStoppedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// CompleteCall is a Complete sent on the control stream. Its answer is a
+// CompleteReply with the same seq. Like the RPC it is idempotent: a
+// worker that loses the stream before the answer sends it again, on the
+// next stream or as the RPC.
+type CompleteCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique among this stream's completions.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The call must run on the stream's worker.
+	Request *CompleteRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// The worker's trace context (W3C trace context fields), for the span
+	// the coordinator records the decision in.
+	TraceContext  map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteCall) Reset() {
+	*x = CompleteCall{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteCall) ProtoMessage() {}
+
+func (x *CompleteCall) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteCall.ProtoReflect.Descriptor instead.
+func (*CompleteCall) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CompleteCall) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CompleteCall) GetRequest() *CompleteRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *CompleteCall) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
+// CompleteReply answers the CompleteCall with the same seq: the response,
+// or the error the RPC would have returned (a gRPC status code and its
+// message).
+type CompleteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Response      *CompleteResponse      `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	ErrorCode     int32                  `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteReply) Reset() {
+	*x = CompleteReply{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteReply) ProtoMessage() {}
+
+func (x *CompleteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteReply.ProtoReflect.Descriptor instead.
+func (*CompleteReply) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CompleteReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CompleteReply) GetResponse() *CompleteResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *CompleteReply) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *CompleteReply) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 type Drain struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1394,7 +1552,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1564,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1577,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 type Detach struct {
@@ -1430,7 +1588,7 @@ type Detach struct {
 
 func (x *Detach) Reset() {
 	*x = Detach{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1600,7 @@ func (x *Detach) String() string {
 func (*Detach) ProtoMessage() {}
 
 func (x *Detach) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1613,7 @@ func (x *Detach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Detach.ProtoReflect.Descriptor instead.
 func (*Detach) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 type Heartbeat struct {
@@ -1466,7 +1624,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1636,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1649,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 // ToolsChanged is the worker's whole offer, after any of it changed.
@@ -1506,7 +1664,7 @@ type ToolsChanged struct {
 
 func (x *ToolsChanged) Reset() {
 	*x = ToolsChanged{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1676,7 @@ func (x *ToolsChanged) String() string {
 func (*ToolsChanged) ProtoMessage() {}
 
 func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1689,7 @@ func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsChanged.ProtoReflect.Descriptor instead.
 func (*ToolsChanged) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolsChanged) GetTools() []*Tool {
@@ -1562,6 +1720,7 @@ type AttachResponse struct {
 	//	*AttachResponse_Attached
 	//	*AttachResponse_Stop
 	//	*AttachResponse_Heartbeat
+	//	*AttachResponse_Completed
 	//	*AttachResponse_SessionEnded
 	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
@@ -1570,7 +1729,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1741,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1754,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AttachResponse) GetMsg() isAttachResponse_Msg {
@@ -1632,6 +1791,15 @@ func (x *AttachResponse) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *AttachResponse) GetCompleted() *CompleteReply {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Completed); ok {
+			return x.Completed
+		}
+	}
+	return nil
+}
+
 func (x *AttachResponse) GetSessionEnded() *SessionEnded {
 	if x != nil {
 		if x, ok := x.Msg.(*AttachResponse_SessionEnded); ok {
@@ -1660,6 +1828,11 @@ type AttachResponse_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
+type AttachResponse_Completed struct {
+	// The answer to a CompleteCall.
+	Completed *CompleteReply `protobuf:"bytes,4,opt,name=completed,proto3,oneof"`
+}
+
 type AttachResponse_SessionEnded struct {
 	// A client session ended: the worker may release what it kept for it.
 	SessionEnded *SessionEnded `protobuf:"bytes,50,opt,name=session_ended,json=sessionEnded,proto3,oneof"`
@@ -1670,6 +1843,8 @@ func (*AttachResponse_Attached) isAttachResponse_Msg() {}
 func (*AttachResponse_Stop) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Heartbeat) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Completed) isAttachResponse_Msg() {}
 
 func (*AttachResponse_SessionEnded) isAttachResponse_Msg() {}
 
@@ -1697,7 +1872,7 @@ type SessionNotification struct {
 
 func (x *SessionNotification) Reset() {
 	*x = SessionNotification{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1884,7 @@ func (x *SessionNotification) String() string {
 func (*SessionNotification) ProtoMessage() {}
 
 func (x *SessionNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1897,7 @@ func (x *SessionNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionNotification.ProtoReflect.Descriptor instead.
 func (*SessionNotification) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionNotification) GetSession() string {
@@ -1764,7 +1939,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1951,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1964,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionEnded) GetSession() string {
@@ -1813,13 +1988,15 @@ type Attached struct {
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
 	// The coordinator answers every Heartbeat with one of its own.
 	EchoesHeartbeats bool `protobuf:"varint,6,opt,name=echoes_heartbeats,json=echoesHeartbeats,proto3" json:"echoes_heartbeats,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The coordinator takes CompleteCall on this stream.
+	CompletesOnStream bool `protobuf:"varint,7,opt,name=completes_on_stream,json=completesOnStream,proto3" json:"completes_on_stream,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Attached) Reset() {
 	*x = Attached{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2008,7 @@ func (x *Attached) String() string {
 func (*Attached) ProtoMessage() {}
 
 func (x *Attached) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2021,7 @@ func (x *Attached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attached.ProtoReflect.Descriptor instead.
 func (*Attached) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Attached) GetLeaseId() int64 {
@@ -1889,6 +2066,13 @@ func (x *Attached) GetEchoesHeartbeats() bool {
 	return false
 }
 
+func (x *Attached) GetCompletesOnStream() bool {
+	if x != nil {
+		return x.CompletesOnStream
+	}
+	return false
+}
+
 // StopCall orders the worker to stop a call that was settled without it.
 type StopCall struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1902,7 +2086,7 @@ type StopCall struct {
 
 func (x *StopCall) Reset() {
 	*x = StopCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2098,7 @@ func (x *StopCall) String() string {
 func (*StopCall) ProtoMessage() {}
 
 func (x *StopCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2111,7 @@ func (x *StopCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopCall.ProtoReflect.Descriptor instead.
 func (*StopCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StopCall) GetCallId() string {
@@ -1966,7 +2150,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2162,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2175,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 type ListWorkersResponse struct {
@@ -2003,7 +2187,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2199,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2212,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -2055,7 +2239,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2251,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2264,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerInfo) GetName() string {
@@ -2147,7 +2331,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2343,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2356,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 type ListToolsResponse struct {
@@ -2188,7 +2372,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2384,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2397,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -2250,7 +2434,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2446,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2459,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetCallRequest) GetTarget() isGetCallRequest_Target {
@@ -2328,7 +2512,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2524,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2537,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -2389,7 +2573,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2585,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2598,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2504,7 +2688,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2700,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2713,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -2556,7 +2740,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2752,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2765,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2600,7 +2784,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2796,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2809,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -2643,7 +2827,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2839,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2852,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 // WatchToolsResponse is the catalogue of live, undrained workers: tools,
@@ -2684,7 +2868,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2880,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2893,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -2746,7 +2930,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2942,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +2955,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -2814,7 +2998,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3010,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3023,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -2874,7 +3058,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3070,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3083,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2955,7 +3139,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3151,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3164,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -3005,7 +3189,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3201,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3214,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 type GetSessionRequest struct {
@@ -3042,7 +3226,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3238,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3251,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -3086,7 +3270,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3282,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3295,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -3132,7 +3316,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3328,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3341,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -3193,7 +3377,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3389,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3402,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -3245,7 +3429,7 @@ type WatchSessionNotificationsRequest struct {
 
 func (x *WatchSessionNotificationsRequest) Reset() {
 	*x = WatchSessionNotificationsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3441,7 @@ func (x *WatchSessionNotificationsRequest) String() string {
 func (*WatchSessionNotificationsRequest) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3454,7 @@ func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionNotificationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchSessionNotificationsRequest) GetGateway() string {
@@ -3295,7 +3479,7 @@ type WatchSessionNotificationsResponse struct {
 
 func (x *WatchSessionNotificationsResponse) Reset() {
 	*x = WatchSessionNotificationsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3491,7 @@ func (x *WatchSessionNotificationsResponse) String() string {
 func (*WatchSessionNotificationsResponse) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3504,7 @@ func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use WatchSessionNotificationsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchSessionNotificationsResponse) GetSessions() []string {
@@ -3365,7 +3549,7 @@ type SubscribeResourceRequest struct {
 
 func (x *SubscribeResourceRequest) Reset() {
 	*x = SubscribeResourceRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3561,7 @@ func (x *SubscribeResourceRequest) String() string {
 func (*SubscribeResourceRequest) ProtoMessage() {}
 
 func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3574,7 @@ func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SubscribeResourceRequest) GetSession() string {
@@ -3429,7 +3613,7 @@ type SubscribeResourceResponse struct {
 
 func (x *SubscribeResourceResponse) Reset() {
 	*x = SubscribeResourceResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +3625,7 @@ func (x *SubscribeResourceResponse) String() string {
 func (*SubscribeResourceResponse) ProtoMessage() {}
 
 func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +3638,7 @@ func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 // SetTaskInputRequest is a worker's change to what its task's call waits
@@ -3472,7 +3656,7 @@ type SetTaskInputRequest struct {
 
 func (x *SetTaskInputRequest) Reset() {
 	*x = SetTaskInputRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3668,7 @@ func (x *SetTaskInputRequest) String() string {
 func (*SetTaskInputRequest) ProtoMessage() {}
 
 func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3681,7 @@ func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputRequest.ProtoReflect.Descriptor instead.
 func (*SetTaskInputRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetTaskInputRequest) GetCall() *CallRef {
@@ -3529,7 +3713,7 @@ type SetTaskInputResponse struct {
 
 func (x *SetTaskInputResponse) Reset() {
 	*x = SetTaskInputResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3725,7 @@ func (x *SetTaskInputResponse) String() string {
 func (*SetTaskInputResponse) ProtoMessage() {}
 
 func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3738,7 @@ func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputResponse.ProtoReflect.Descriptor instead.
 func (*SetTaskInputResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
@@ -3634,14 +3818,15 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x122\n" +
 	"\x06result\x18\x03 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x04 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x05 \x01(\tR\fwinnerReason\"\xa5\x03\n" +
+	"\rwinner_reason\x18\x05 \x01(\tR\fwinnerReason\"\xdf\x03\n" +
 	"\rAttachRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.mcpcancel.v1.WorkerHelloH\x00R\x05hello\x128\n" +
 	"\astopped\x18\x02 \x01(\v2\x1c.mcpcancel.v1.HandlerStoppedH\x00R\astopped\x12+\n" +
 	"\x05drain\x18\x03 \x01(\v2\x13.mcpcancel.v1.DrainH\x00R\x05drain\x12.\n" +
 	"\x06detach\x18\x04 \x01(\v2\x14.mcpcancel.v1.DetachH\x00R\x06detach\x12A\n" +
 	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
-	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12G\n" +
+	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x128\n" +
+	"\bcomplete\x18\a \x01(\v2\x1a.mcpcancel.v1.CompleteCallH\x00R\bcomplete\x12G\n" +
 	"\fnotification\x182 \x01(\v2!.mcpcancel.v1.SessionNotificationH\x00R\fnotificationB\x05\n" +
 	"\x03msg\"\xa8\x02\n" +
 	"\vWorkerHello\x12\x12\n" +
@@ -3657,7 +3842,20 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x0eHandlerStopped\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x129\n" +
 	"\n" +
-	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\a\n" +
+	"stopped_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xed\x01\n" +
+	"\fCompleteCall\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x127\n" +
+	"\arequest\x18\x02 \x01(\v2\x1d.mcpcancel.v1.CompleteRequestR\arequest\x12Q\n" +
+	"\rtrace_context\x18\x03 \x03(\v2,.mcpcancel.v1.CompleteCall.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x01\n" +
+	"\rCompleteReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12:\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1e.mcpcancel.v1.CompleteResponseR\bresponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\a\n" +
 	"\x05Drain\"\b\n" +
 	"\x06Detach\"\v\n" +
 	"\tHeartbeat\"\x99\x01\n" +
@@ -3665,11 +3863,12 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
 	"\x06offers\x18\n" +
 	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
-	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xf7\x01\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"\xb4\x02\n" +
 	"\x0eAttachResponse\x124\n" +
 	"\battached\x18\x01 \x01(\v2\x16.mcpcancel.v1.AttachedH\x00R\battached\x12,\n" +
 	"\x04stop\x18\x02 \x01(\v2\x16.mcpcancel.v1.StopCallH\x00R\x04stop\x127\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12A\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x12;\n" +
+	"\tcompleted\x18\x04 \x01(\v2\x1b.mcpcancel.v1.CompleteReplyH\x00R\tcompleted\x12A\n" +
 	"\rsession_ended\x182 \x01(\v2\x1a.mcpcancel.v1.SessionEndedH\x00R\fsessionEndedB\x05\n" +
 	"\x03msg\"\x87\x01\n" +
 	"\x13SessionNotification\x12\x18\n" +
@@ -3680,14 +3879,15 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"(\n" +
 	"\fSessionEnded\x12\x18\n" +
-	"\asession\x18\x01 \x01(\tR\asession\"\x90\x02\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\xc0\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
 	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12+\n" +
-	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\"\xa1\x01\n" +
+	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\x12.\n" +
+	"\x13completes_on_stream\x18\a \x01(\bR\x11completesOnStream\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
@@ -3860,7 +4060,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
@@ -3878,201 +4078,209 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*AttachRequest)(nil),                     // 13: mcpcancel.v1.AttachRequest
 	(*WorkerHello)(nil),                       // 14: mcpcancel.v1.WorkerHello
 	(*HandlerStopped)(nil),                    // 15: mcpcancel.v1.HandlerStopped
-	(*Drain)(nil),                             // 16: mcpcancel.v1.Drain
-	(*Detach)(nil),                            // 17: mcpcancel.v1.Detach
-	(*Heartbeat)(nil),                         // 18: mcpcancel.v1.Heartbeat
-	(*ToolsChanged)(nil),                      // 19: mcpcancel.v1.ToolsChanged
-	(*AttachResponse)(nil),                    // 20: mcpcancel.v1.AttachResponse
-	(*SessionNotification)(nil),               // 21: mcpcancel.v1.SessionNotification
-	(*SessionEnded)(nil),                      // 22: mcpcancel.v1.SessionEnded
-	(*Attached)(nil),                          // 23: mcpcancel.v1.Attached
-	(*StopCall)(nil),                          // 24: mcpcancel.v1.StopCall
-	(*ListWorkersRequest)(nil),                // 25: mcpcancel.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),               // 26: mcpcancel.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),                        // 27: mcpcancel.v1.WorkerInfo
-	(*ListToolsRequest)(nil),                  // 28: mcpcancel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),                 // 29: mcpcancel.v1.ListToolsResponse
-	(*GetCallRequest)(nil),                    // 30: mcpcancel.v1.GetCallRequest
-	(*GetCallResponse)(nil),                   // 31: mcpcancel.v1.GetCallResponse
-	(*ListAuditRequest)(nil),                  // 32: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),                 // 33: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),                 // 34: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),                // 35: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),                 // 36: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                // 37: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),                // 38: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),               // 39: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),                           // 40: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),                // 41: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),               // 42: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),                 // 43: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),                // 44: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),               // 45: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),              // 46: mcpcancel.v1.CloseSessionResponse
-	(*WatchSessionNotificationsRequest)(nil),  // 47: mcpcancel.v1.WatchSessionNotificationsRequest
-	(*WatchSessionNotificationsResponse)(nil), // 48: mcpcancel.v1.WatchSessionNotificationsResponse
-	(*SubscribeResourceRequest)(nil),          // 49: mcpcancel.v1.SubscribeResourceRequest
-	(*SubscribeResourceResponse)(nil),         // 50: mcpcancel.v1.SubscribeResourceResponse
-	(*SetTaskInputRequest)(nil),               // 51: mcpcancel.v1.SetTaskInputRequest
-	(*SetTaskInputResponse)(nil),              // 52: mcpcancel.v1.SetTaskInputResponse
-	(*CallKey)(nil),                           // 53: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),               // 54: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),             // 55: google.protobuf.Timestamp
-	(Initiator)(0),                            // 56: mcpcancel.v1.Initiator
-	(*ChildRequest)(nil),                      // 57: mcpcancel.v1.ChildRequest
-	(*Tool)(nil),                              // 58: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 59: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 60: mcpcancel.v1.Features
-	(CallState)(0),                            // 61: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 62: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 63: mcpcancel.v1.AuditRecord
-	(*TaskInput)(nil),                         // 64: mcpcancel.v1.TaskInput
-	(*CreateTaskRequest)(nil),                 // 65: mcpcancel.v1.CreateTaskRequest
-	(*GetTaskRequest)(nil),                    // 66: mcpcancel.v1.GetTaskRequest
-	(*WaitTaskRequest)(nil),                   // 67: mcpcancel.v1.WaitTaskRequest
-	(*ListTasksRequest)(nil),                  // 68: mcpcancel.v1.ListTasksRequest
-	(*CancelTaskRequest)(nil),                 // 69: mcpcancel.v1.CancelTaskRequest
-	(*WatchTaskRequest)(nil),                  // 70: mcpcancel.v1.WatchTaskRequest
-	(*UpdateTaskRequest)(nil),                 // 71: mcpcancel.v1.UpdateTaskRequest
-	(*CreateTaskResponse)(nil),                // 72: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 73: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 74: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 75: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 76: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 77: mcpcancel.v1.WatchTaskResponse
-	(*UpdateTaskResponse)(nil),                // 78: mcpcancel.v1.UpdateTaskResponse
+	(*CompleteCall)(nil),                      // 16: mcpcancel.v1.CompleteCall
+	(*CompleteReply)(nil),                     // 17: mcpcancel.v1.CompleteReply
+	(*Drain)(nil),                             // 18: mcpcancel.v1.Drain
+	(*Detach)(nil),                            // 19: mcpcancel.v1.Detach
+	(*Heartbeat)(nil),                         // 20: mcpcancel.v1.Heartbeat
+	(*ToolsChanged)(nil),                      // 21: mcpcancel.v1.ToolsChanged
+	(*AttachResponse)(nil),                    // 22: mcpcancel.v1.AttachResponse
+	(*SessionNotification)(nil),               // 23: mcpcancel.v1.SessionNotification
+	(*SessionEnded)(nil),                      // 24: mcpcancel.v1.SessionEnded
+	(*Attached)(nil),                          // 25: mcpcancel.v1.Attached
+	(*StopCall)(nil),                          // 26: mcpcancel.v1.StopCall
+	(*ListWorkersRequest)(nil),                // 27: mcpcancel.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),               // 28: mcpcancel.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),                        // 29: mcpcancel.v1.WorkerInfo
+	(*ListToolsRequest)(nil),                  // 30: mcpcancel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),                 // 31: mcpcancel.v1.ListToolsResponse
+	(*GetCallRequest)(nil),                    // 32: mcpcancel.v1.GetCallRequest
+	(*GetCallResponse)(nil),                   // 33: mcpcancel.v1.GetCallResponse
+	(*ListAuditRequest)(nil),                  // 34: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),                 // 35: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),                 // 36: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),                // 37: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),                 // 38: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                // 39: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),                // 40: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),               // 41: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),                           // 42: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),                // 43: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),               // 44: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),                 // 45: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),                // 46: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),               // 47: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),              // 48: mcpcancel.v1.CloseSessionResponse
+	(*WatchSessionNotificationsRequest)(nil),  // 49: mcpcancel.v1.WatchSessionNotificationsRequest
+	(*WatchSessionNotificationsResponse)(nil), // 50: mcpcancel.v1.WatchSessionNotificationsResponse
+	(*SubscribeResourceRequest)(nil),          // 51: mcpcancel.v1.SubscribeResourceRequest
+	(*SubscribeResourceResponse)(nil),         // 52: mcpcancel.v1.SubscribeResourceResponse
+	(*SetTaskInputRequest)(nil),               // 53: mcpcancel.v1.SetTaskInputRequest
+	(*SetTaskInputResponse)(nil),              // 54: mcpcancel.v1.SetTaskInputResponse
+	nil,                                       // 55: mcpcancel.v1.CompleteCall.TraceContextEntry
+	(*CallKey)(nil),                           // 56: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 57: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 58: google.protobuf.Timestamp
+	(Initiator)(0),                            // 59: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 60: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 61: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 62: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 63: mcpcancel.v1.Features
+	(CallState)(0),                            // 64: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 65: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 66: mcpcancel.v1.AuditRecord
+	(*TaskInput)(nil),                         // 67: mcpcancel.v1.TaskInput
+	(*CreateTaskRequest)(nil),                 // 68: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 69: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 70: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 71: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 72: mcpcancel.v1.CancelTaskRequest
+	(*WatchTaskRequest)(nil),                  // 73: mcpcancel.v1.WatchTaskRequest
+	(*UpdateTaskRequest)(nil),                 // 74: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 75: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 76: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 77: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 78: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 79: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 80: mcpcancel.v1.WatchTaskResponse
+	(*UpdateTaskResponse)(nil),                // 81: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	53, // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	54, // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	55, // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	54, // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
-	53, // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
-	5,  // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	56, // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	55, // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	57, // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	0,  // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	56, // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	55, // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	57, // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	1,  // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	56, // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,  // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	56, // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	55, // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	57, // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	1,  // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	56, // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	53, // 22: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	56, // 23: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	1,  // 24: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
-	56, // 25: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	14, // 26: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	15, // 27: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	16, // 28: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	17, // 29: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	19, // 30: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	18, // 31: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	21, // 32: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	58, // 33: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	59, // 34: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	60, // 35: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	55, // 36: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	58, // 37: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	59, // 38: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	60, // 39: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
-	23, // 40: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	24, // 41: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	18, // 42: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	22, // 43: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	54, // 44: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	54, // 45: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	61, // 46: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	56, // 47: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	27, // 48: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	58, // 49: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	59, // 50: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	60, // 51: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	58, // 52: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	59, // 53: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	60, // 54: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	53, // 55: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	62, // 56: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	55, // 57: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	56, // 58: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	55, // 59: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	63, // 60: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	55, // 61: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	63, // 62: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	58, // 63: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	59, // 64: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	60, // 65: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	56, // 66: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	55, // 67: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	40, // 68: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	54, // 69: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	40, // 70: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	5,  // 71: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
-	64, // 72: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
-	2,  // 73: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,  // 74: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,  // 75: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,  // 76: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11, // 77: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
-	13, // 78: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	25, // 79: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	28, // 80: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	30, // 81: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	32, // 82: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	34, // 83: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	36, // 84: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	38, // 85: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	41, // 86: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	43, // 87: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	45, // 88: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	47, // 89: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	49, // 90: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	65, // 91: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	66, // 92: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	67, // 93: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	68, // 94: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	69, // 95: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	70, // 96: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
-	51, // 97: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
-	71, // 98: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
-	3,  // 99: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,  // 100: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,  // 101: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10, // 102: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	12, // 103: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
-	20, // 104: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	26, // 105: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	29, // 106: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	31, // 107: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	33, // 108: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	35, // 109: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	37, // 110: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	39, // 111: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	42, // 112: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	44, // 113: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	46, // 114: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	48, // 115: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	50, // 116: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	72, // 117: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	73, // 118: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	74, // 119: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	75, // 120: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	76, // 121: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	77, // 122: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	52, // 123: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
-	78, // 124: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
-	99, // [99:125] is the sub-list for method output_type
-	73, // [73:99] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	56,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	57,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	58,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	57,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	56,  // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	5,   // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
+	59,  // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	58,  // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	60,  // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	0,   // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
+	59,  // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,   // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	58,  // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	60,  // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,   // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	59,  // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	5,   // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	59,  // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	58,  // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	60,  // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,   // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	59,  // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	56,  // 22: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	59,  // 23: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	1,   // 24: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
+	59,  // 25: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	14,  // 26: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	15,  // 27: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	18,  // 28: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	19,  // 29: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	21,  // 30: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	20,  // 31: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	16,  // 32: mcpcancel.v1.AttachRequest.complete:type_name -> mcpcancel.v1.CompleteCall
+	23,  // 33: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
+	61,  // 34: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	62,  // 35: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	63,  // 36: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	58,  // 37: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	7,   // 38: mcpcancel.v1.CompleteCall.request:type_name -> mcpcancel.v1.CompleteRequest
+	55,  // 39: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
+	8,   // 40: mcpcancel.v1.CompleteReply.response:type_name -> mcpcancel.v1.CompleteResponse
+	61,  // 41: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	62,  // 42: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	63,  // 43: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	25,  // 44: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	26,  // 45: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	20,  // 46: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	17,  // 47: mcpcancel.v1.AttachResponse.completed:type_name -> mcpcancel.v1.CompleteReply
+	24,  // 48: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	57,  // 49: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	57,  // 50: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	64,  // 51: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	59,  // 52: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	29,  // 53: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	61,  // 54: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	62,  // 55: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	63,  // 56: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	61,  // 57: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	62,  // 58: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	63,  // 59: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	56,  // 60: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	65,  // 61: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	58,  // 62: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	59,  // 63: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	58,  // 64: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	66,  // 65: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	58,  // 66: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	66,  // 67: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	61,  // 68: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	62,  // 69: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	63,  // 70: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	59,  // 71: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	58,  // 72: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	42,  // 73: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	57,  // 74: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 75: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	5,   // 76: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
+	67,  // 77: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
+	2,   // 78: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,   // 79: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	7,   // 80: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	9,   // 81: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	11,  // 82: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
+	13,  // 83: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	27,  // 84: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	30,  // 85: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	32,  // 86: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	34,  // 87: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	36,  // 88: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	38,  // 89: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	40,  // 90: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	43,  // 91: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	45,  // 92: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	47,  // 93: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	49,  // 94: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	51,  // 95: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	68,  // 96: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	69,  // 97: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	70,  // 98: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	71,  // 99: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	72,  // 100: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	73,  // 101: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	53,  // 102: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
+	74,  // 103: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,   // 104: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	6,   // 105: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	8,   // 106: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	10,  // 107: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	12,  // 108: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
+	22,  // 109: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	28,  // 110: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	31,  // 111: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	33,  // 112: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	35,  // 113: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	37,  // 114: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	39,  // 115: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	41,  // 116: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	44,  // 117: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	46,  // 118: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	48,  // 119: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	50,  // 120: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	52,  // 121: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	75,  // 122: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	76,  // 123: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	77,  // 124: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	78,  // 125: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	79,  // 126: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	80,  // 127: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	54,  // 128: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	81,  // 129: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	104, // [104:130] is the sub-list for method output_type
+	78,  // [78:104] is the sub-list for method input_type
+	78,  // [78:78] is the sub-list for extension type_name
+	78,  // [78:78] is the sub-list for extension extendee
+	0,   // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -4094,15 +4302,17 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*AttachRequest_Detach)(nil),
 		(*AttachRequest_ToolsChanged)(nil),
 		(*AttachRequest_Heartbeat)(nil),
+		(*AttachRequest_Complete)(nil),
 		(*AttachRequest_Notification)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[18].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[20].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
 		(*AttachResponse_Heartbeat)(nil),
+		(*AttachResponse_Completed)(nil),
 		(*AttachResponse_SessionEnded)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[28].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[30].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_Key)(nil),
 	}
@@ -4112,7 +4322,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
