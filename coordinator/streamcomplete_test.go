@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -65,7 +64,7 @@ func (r *recvHook) RecvMsg(m any) error {
 func TestCompleteOnTheControlStream(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	reg := e.coords[0].Server.Registry()
-	before := counter(t, reg, "mcpcancel_coordinator_stream_completions_total")
+	before := testcluster.Counter(t, reg, "mcpcancel_coordinator_stream_completions_total")
 	b := e.begin(t, e.c, key("conn:stream", num(1)), "hold")
 	s := e.execute(t, b, "hold", `{}`)
 	e.hold.next(t).release <- worker.Text("kept")
@@ -76,10 +75,10 @@ func TestCompleteOnTheControlStream(t *testing.T) {
 	if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 || got[0] != "completed" {
 		t.Fatalf("audit = %v, want [completed]", got)
 	}
-	if got := counter(t, reg, "mcpcancel_coordinator_stream_completions_total") - before; got != 1 {
+	if got := testcluster.Counter(t, reg, "mcpcancel_coordinator_stream_completions_total") - before; got != 1 {
 		t.Fatalf("completions on the stream = %v, want 1", got)
 	}
-	if got := handledRPCs(t, reg, "Complete"); got != 0 {
+	if got := testcluster.HandledRPCs(t, reg)["Complete"]; got != 0 {
 		t.Fatalf("Complete RPCs = %v, want 0", got)
 	}
 }
@@ -199,42 +198,4 @@ func TestCompleteOnTheStreamChecksTheCall(t *testing.T) {
 	if got := outcomes(e.audits(t, b.CallId)); len(got) != 1 || got[0] != "completed" {
 		t.Fatalf("audit = %v, want [completed]", got)
 	}
-}
-
-// counter is the value of a counter in reg, 0 if it has none yet.
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
-// handledRPCs is how many RPCs of method the coordinator answered.
-func handledRPCs(t *testing.T, reg *prometheus.Registry, method string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_handled_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "grpc_method" && l.GetValue() == method {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
 }

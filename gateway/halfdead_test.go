@@ -32,6 +32,7 @@ const halfDeadBound = 8 * time.Second
 // link, a dial.Conn with the default keepalive, goes through a proxy that can lose replies.
 type halfDeadStack struct {
 	cli    *clientv3.Client
+	w      *testcluster.Worker
 	direct pb.CoordinatorServiceClient
 	proxy  *faultproxy.Proxy
 	url    string
@@ -60,7 +61,7 @@ func startHalfDeadStack(t *testing.T, gw gateway.Options, before func(*faultprox
 	st := &halfDeadStack{cli: etcdtest.Single(t).Client()}
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, st.cli, coordinator.Options{}, lax)
-	testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "w1"}, demo.Register)
+	st.w = testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "w1"}, demo.Register)
 	st.direct = co.Client(t)
 	waitFor(t, "the demo tools", func() bool {
 		resp, err := st.direct.ListTools(t.Context(), nil)
@@ -93,6 +94,14 @@ func (st *halfDeadStack) decisions(t *testing.T, scope string) map[string][]stri
 		}
 	}
 	return got
+}
+
+// handlers is how many calls the worker is running: it counts a call once
+// the gateway's Execute arrives, so after the gateway had Begin's answer.
+// (The coordinator's count, inFlight, rises with Begin's commit, before
+// the answer is on its way.)
+func (st *halfDeadStack) handlers(t *testing.T) float64 {
+	return testcluster.Gauge(t, st.w.Registry(), "mcpcancel_worker_calls_in_flight")
 }
 
 func (st *halfDeadStack) inFlight(t *testing.T) int32 {
@@ -225,7 +234,10 @@ func TestHalfDeadCoordinatorLinkProbe(t *testing.T) {
 	st := newHalfDeadStack(t, gateway.Options{ProbeInterval: interval})
 	sid := openSession(t, st.url)
 	call := startCall(t, st.url, sid, 1, "sleep", map[string]any{"seconds": 60}, nil)
-	waitFor(t, "the call to run", func() bool { return st.inFlight(t) == 1 })
+	// Not the coordinator's count: that one rises before Begin's answer
+	// has reached the gateway, which the fault would then lose (CI saw
+	// the call abandoned as a lost Begin, failed/disconnect).
+	waitFor(t, "the worker to run the call", func() bool { return st.handlers(t) == 1 })
 	st.proxy.SilenceFor(faultproxy.SilentReplies, 1) // the first redial loses replies too
 	lost := time.Now()
 	select {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -46,7 +44,7 @@ func BenchmarkDeleteSession(b *testing.B) {
 	_, url := testcluster.StartGateway(b, coord.Client(b), gateway.Options{})
 	for _, tool := range []string{"sleep", "slowstop"} {
 		b.Run(tool, func(b *testing.B) {
-			before := rpcCounts(b, coord.Server.Registry())
+			before := testcluster.HandledRPCs(b, coord.Server.Registry())
 			for b.Loop() {
 				b.StopTimer()
 				sid := benchSession(b, url)
@@ -60,35 +58,12 @@ func BenchmarkDeleteSession(b *testing.B) {
 				wg.Wait()
 				awaitInFlight(b, w, 0)
 			}
-			after := rpcCounts(b, coord.Server.Registry())
+			after := testcluster.HandledRPCs(b, coord.Server.Registry())
 			per := func(m string) float64 { return (after[m] - before[m]) / float64(b.N) }
 			b.ReportMetric(per("Cancel")/calls, "cancels/call")
 			b.ReportMetric(per("CancelScope"), "cancelscopes/op")
 		})
 	}
-}
-
-// rpcCounts are the coordinator's handled RPCs, by method.
-func rpcCounts(tb testing.TB, reg *prometheus.Registry) map[string]float64 {
-	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_handled_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "grpc_method" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
 }
 
 func benchSession(tb testing.TB, url string) string {

@@ -49,7 +49,7 @@ func TestDeleteCancelsEachCallOnce(t *testing.T) {
 		resp, err := c.ListWorkers(t.Context(), nil)
 		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == calls
 	})
-	before := rpcCounts(t, coord.Server.Registry())
+	before := testcluster.HandledRPCs(t, coord.Server.Registry())
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, url, nil)
 	req.Header.Set("Mcp-Session-Id", sid)
 	resp, err := http.DefaultClient.Do(req)
@@ -60,7 +60,7 @@ func TestDeleteCancelsEachCallOnce(t *testing.T) {
 	for range calls {
 		<-stopping
 	}
-	after := rpcCounts(t, coord.Server.Registry())
+	after := testcluster.HandledRPCs(t, coord.Server.Registry())
 	for _, m := range []string{"Cancel", "CancelScope"} {
 		if n := after[m] - before[m]; n != 0 {
 			t.Errorf("the DELETE cost %v %s RPCs besides CloseSession, want 0", n, m)

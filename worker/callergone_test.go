@@ -37,9 +37,9 @@ func TestCallerGoneWaitsForTheStopOrder(t *testing.T) {
 		return got.GetCall()
 	}
 
-	before := handled(t, coord.Server.Registry(), "Cancel")
+	before := testcluster.HandledRPCs(t, coord.Server.Registry())["Cancel"]
 	call := run(1, true)
-	if n := handled(t, coord.Server.Registry(), "Cancel") - before; n != 1 {
+	if n := testcluster.HandledRPCs(t, coord.Server.Registry())["Cancel"] - before; n != 1 {
 		t.Errorf("the coordinator answered %v Cancels, want 1 (the client's): the worker asked to cancel a call already cancelled", n)
 	}
 	if call.GetState() != pb.CallState_CALL_STATE_CANCELLED || call.GetInitiator() != pb.Initiator_INITIATOR_CLIENT || call.GetReason() != "the client's" {

@@ -147,7 +147,8 @@ func startOrderedEnv(t *testing.T) *orderedEnv {
 }
 
 // settleRPCs counts the Complete, Fail and Cancel RPCs the coordinator
-// answered, and the completions it took on control streams.
+// answered, and the completions it took on control streams. (This
+// package's own tests cannot use testcluster, which imports it.)
 func settleRPCs(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
@@ -24,36 +22,14 @@ func BenchmarkCancelledCall(b *testing.B) {
 	cl := etcdtest.Single(b)
 	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
 	wt := startWaitCalls(b, coord.Client(b), coord.Addr, "bench")
-	before := handled(b, coord.Server.Registry(), "Cancel")
+	before := testcluster.HandledRPCs(b, coord.Server.Registry())["Cancel"]
 	i := int64(0)
 	for b.Loop() {
 		i++
 		wt.end(b, i, true)
 	}
-	extra := handled(b, coord.Server.Registry(), "Cancel") - before - float64(b.N)
+	extra := testcluster.HandledRPCs(b, coord.Server.Registry())["Cancel"] - before - float64(b.N)
 	b.ReportMetric(extra/float64(b.N), "cancels/call")
-}
-
-// handled is how many RPCs of method the coordinator answered.
-func handled(b testing.TB, reg *prometheus.Registry, method string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_handled_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "grpc_method" && l.GetValue() == method {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
 }
 
 // awaitIdle polls until the worker runs no handler and has settled its
