@@ -42,10 +42,16 @@ var errCommitterStopped = fmt.Errorf("%w: the replica is stopping", ErrEtcd)
 // each caller gets its own answer; an ambiguous failure (a timeout, a lost
 // reply) is each caller's, who reads its decision back as it would after
 // its own Txn failed so.
+//
+// One batch is in flight at a time, unless it stalls: a batch out for
+// stallAfter (a proposal lost with a dying etcd leader waits out its
+// whole timeout) holds up only its own decisions, and the next batch goes
+// beside it, up to maxInFlight at once.
 type committer struct {
-	cli     *clientv3.Client
-	timeout time.Duration
-	wake    chan struct{} // one token: the queue is not empty
+	cli        *clientv3.Client
+	timeout    time.Duration
+	stallAfter time.Duration
+	wake       chan struct{} // one token: the queue is not empty
 
 	mu      sync.Mutex
 	queue   []*commitReq
@@ -53,8 +59,13 @@ type committer struct {
 }
 
 func newCommitter(cli *clientv3.Client, timeout time.Duration) *committer {
-	return &committer{cli: cli, timeout: timeout, wake: make(chan struct{}, 1)}
+	return &committer{cli: cli, timeout: timeout, stallAfter: max(timeout/10, 100*time.Millisecond), wake: make(chan struct{}, 1)}
 }
+
+// maxInFlight bounds the batches in flight at once: one, and more only
+// while the older ones stall. With etcd gone altogether they all stall,
+// and the next waits for the oldest.
+const maxInFlight = 4
 
 // commitReq is one decision: a Txn waiting for its batch.
 type commitReq struct {
@@ -174,11 +185,15 @@ func (c *committer) abandon(r *commitReq) {
 	r.abandoned = true
 }
 
-// run sends batches until ctx ends, one Txn at a time; a batch in flight
-// then finishes (within OpTimeout), and what is still queued fails with
-// errCommitterStopped, as does whatever is submitted after.
+// run sends batches until ctx ends, one Txn at a time but for stalls;
+// the batches in flight then finish (within OpTimeout), and what is still
+// queued fails with errCommitterStopped, as does whatever is submitted
+// after.
 func (c *committer) run(ctx context.Context) error {
 	defer c.stop()
+	var flying sync.WaitGroup
+	defer flying.Wait() // before stop: a batch in flight is answered
+	slots := make(chan struct{}, maxInFlight)
 	for ctx.Err() == nil {
 		select {
 		case <-c.wake:
@@ -186,13 +201,32 @@ func (c *committer) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		for batch := c.take(); len(batch) > 0; batch = c.take() {
-			c.commit(ctx, batch)
+			c.send(ctx, batch, slots, &flying)
 			if ctx.Err() != nil {
 				break
 			}
 		}
 	}
 	return ctx.Err()
+}
+
+// send commits batch, on a goroutine run owns through flying, and waits
+// for its answer or, if it stalls, for stallAfter: the next batch then
+// goes out beside it. A slot is held for each batch in flight.
+func (c *committer) send(ctx context.Context, batch []*commitReq, slots chan struct{}, flying *sync.WaitGroup) {
+	slots <- struct{}{} // waits while maxInFlight are out; each ends within OpTimeout
+	done := make(chan struct{})
+	flying.Go(func() {
+		defer func() { <-slots }()
+		defer close(done)
+		c.commit(ctx, batch)
+	})
+	stalled := time.NewTimer(c.stallAfter)
+	defer stalled.Stop()
+	select {
+	case <-done:
+	case <-stalled.C:
+	}
 }
 
 func (c *committer) stop() {
