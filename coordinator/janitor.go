@@ -48,14 +48,19 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 	defer wake.Stop()
 	deadlines := map[string]time.Time{} // running calls' deadlines, learnt once per term
 	for {
-		if err := s.reconcile(ctx, deadlines); err != nil && ctx.Err() == nil {
+		err := s.reconcile(ctx, deadlines)
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("janitor: reconcile", "err", err)
 		}
 		// Again within a lease TTL, or as the first stray falls due, so a
 		// stray is settled a lease TTL past its deadline, not up to two;
 		// never sooner than an eighth of a TTL, so a stray that will not
-		// settle (etcd away) is not retried in a tight loop.
+		// settle (etcd away) is not retried in a tight loop. A round that
+		// failed (a read cut short) is tried again that soon.
 		wait := s.nextStray(deadlines).Sub(s.now())
+		if err != nil {
+			wait = 0
+		}
 		wake.Reset(min(s.opts.LeaseTTL, max(s.opts.LeaseTTL/8, wait)))
 		select {
 		case <-sess.Done():
@@ -85,7 +90,7 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 // deadlines caches the deadline of each running call between rounds; an
 // entry lives while its call's owner key is running in the latest round.
 func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) error {
-	octx, cancel := s.opCtx(ctx)
+	octx, cancel := s.janitorReadCtx(ctx)
 	resp, err := s.cli.Txn(octx).Then(
 		clientv3.OpGet(s.keys.owners(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.keys.workers(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
@@ -173,6 +178,14 @@ func (s *Server) skipCorrupt(id string, err error) error {
 	return err
 }
 
+// janitorReadCtx bounds one of the janitor's reads at half a lease TTL
+// (at most OpTimeout). A read caught by an etcd leader's death waits out
+// its whole timeout; cut short, it is simply read again next round, so
+// that a stray is still settled about a lease TTL past its deadline.
+func (s *Server) janitorReadCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, min(s.opts.OpTimeout, max(s.opts.LeaseTTL/2, 100*time.Millisecond)))
+}
+
 // learnDeadlines reads the deadline of every running call not yet in
 // deadlines, many calls per read. A call whose record is gone gets the
 // zero deadline, so that abandoned clears its owner key.
@@ -183,7 +196,9 @@ func (s *Server) learnDeadlines(ctx context.Context, running map[string]*mvccpb.
 			ids = append(ids, id)
 		}
 	}
-	kvs, err := s.readCalls(ctx, ids, "janitor read deadlines")
+	rctx, cancel := s.janitorReadCtx(ctx)
+	defer cancel()
+	kvs, err := s.readCalls(rctx, ids, "janitor read deadlines")
 	if err != nil {
 		return err
 	}
@@ -201,7 +216,9 @@ func (s *Server) learnDeadlines(ctx context.Context, running map[string]*mvccpb.
 // abandoned settles a call nobody else will settle as d says, or clears
 // its owner key if the call has settled or is gone.
 func (s *Server) abandoned(ctx context.Context, worker, id string, ownerRev int64, d decision) error {
-	rec, kv, err := s.getCall(ctx, id)
+	rctx, cancel := s.janitorReadCtx(ctx)
+	rec, kv, err := s.getCall(rctx, id)
+	cancel()
 	if err == nil && rec.State == stateRunning {
 		if _, err = s.settle(ctx, rec, kv, d); err == nil {
 			s.log.Info("janitor: settled an abandoned call", "call", id, "worker", worker, "outcome", d.state, "reason", d.reason)
