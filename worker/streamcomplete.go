@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -26,7 +25,7 @@ func (c *control) completeCall(ctx context.Context, req *pb.CompleteRequest) (*p
 	answer := make(chan *pb.CompleteReply, 1)
 	c.completing[seq] = answer
 	c.outbox = append(c.outbox, &pb.AttachRequest{Msg: &pb.AttachRequest_Complete{Complete: &pb.CompleteCall{
-		Seq: seq, Request: req, TraceContext: traceContext(ctx),
+		Seq: seq, Request: req, TraceContext: telemetry.Carrier(ctx),
 	}}})
 	c.mu.Unlock()
 	c.signal()
@@ -65,15 +64,4 @@ func (c *control) unansweredLocked() {
 		close(answer)
 		delete(c.completing, seq)
 	}
-}
-
-// traceContext is ctx's trace context for the coordinator's span of the
-// completion, as the RPC's metadata would carry it; nil with tracing off.
-func traceContext(ctx context.Context) map[string]string {
-	if !telemetry.Enabled() {
-		return nil
-	}
-	carrier := propagation.MapCarrier{}
-	telemetry.Propagator().Inject(ctx, carrier)
-	return carrier
 }

@@ -170,6 +170,21 @@ func Propagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }
 
+// Carrier is ctx's trace context as W3C fields (traceparent, tracestate,
+// baggage), for a hop that carries it in a message rather than in gRPC
+// metadata; nil with tracing off or no trace.
+func Carrier(ctx context.Context) map[string]string {
+	if !Enabled() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	Propagator().Inject(ctx, carrier)
+	if len(carrier) == 0 {
+		return nil
+	}
+	return carrier
+}
+
 // Tracer is the named tracer of the installed provider. Callers check
 // Enabled first; it is looked up each time, so a provider installed later
 // (a test's) is the one used.

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/mcpcancel/mcpcancel/internal/telemetry"
 )
@@ -13,12 +12,8 @@ import (
 // request's _meta (traceparent, tracestate, baggage), as the MCP semantic
 // conventions propagate it. Without a trace it adds nothing.
 func withTrace(ctx context.Context, p *mcp.CallToolParams) {
-	if !telemetry.Enabled() {
-		return
-	}
-	carrier := propagation.MapCarrier{}
-	telemetry.Propagator().Inject(ctx, carrier)
-	if len(carrier) == 0 {
+	carrier := telemetry.Carrier(ctx)
+	if carrier == nil {
 		return
 	}
 	if p.Meta == nil {
