@@ -194,6 +194,8 @@ func (c *committer) run(ctx context.Context) error {
 	var flying sync.WaitGroup
 	defer flying.Wait() // before stop: a batch in flight is answered
 	slots := make(chan struct{}, maxInFlight)
+	stalled := time.NewTimer(c.stallAfter) // one for every batch, reset by send
+	defer stalled.Stop()
 	for ctx.Err() == nil {
 		select {
 		case <-c.wake:
@@ -201,7 +203,7 @@ func (c *committer) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		for batch := c.take(); len(batch) > 0; batch = c.take() {
-			c.send(ctx, batch, slots, &flying)
+			c.send(ctx, batch, slots, stalled, &flying)
 			if ctx.Err() != nil {
 				break
 			}
@@ -213,7 +215,7 @@ func (c *committer) run(ctx context.Context) error {
 // send commits batch, on a goroutine run owns through flying, and waits
 // for its answer or, if it stalls, for stallAfter: the next batch then
 // goes out beside it. A slot is held for each batch in flight.
-func (c *committer) send(ctx context.Context, batch []*commitReq, slots chan struct{}, flying *sync.WaitGroup) {
+func (c *committer) send(ctx context.Context, batch []*commitReq, slots chan struct{}, stalled *time.Timer, flying *sync.WaitGroup) {
 	slots <- struct{}{} // waits while maxInFlight are out; each ends within OpTimeout
 	done := make(chan struct{})
 	flying.Go(func() {
@@ -221,10 +223,10 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, slots chan str
 		defer close(done)
 		c.commit(ctx, batch)
 	})
-	stalled := time.NewTimer(c.stallAfter)
-	defer stalled.Stop()
+	stalled.Reset(c.stallAfter) // no stale tick: timers are unbuffered since Go 1.23
 	select {
 	case <-done:
+		stalled.Stop()
 	case <-stalled.C:
 	}
 }
