@@ -55,7 +55,9 @@ func completeSpan(ctx context.Context, carrier map[string]string) (context.Conte
 	if !telemetry.Enabled() {
 		return ctx, trace.SpanFromContext(context.Background())
 	}
-	ctx = telemetry.Propagator().Extract(ctx, propagation.MapCarrier(carrier))
+	// Not under the control stream's own span: without the worker's
+	// trace context the span is a root, as the RPC's would be.
+	ctx = telemetry.Propagator().Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), propagation.MapCarrier(carrier))
 	return telemetry.Tracer("github.com/mcpcancel/mcpcancel/coordinator").Start(ctx, pb.CoordinatorService_Complete_FullMethodName[1:],
 		trace.WithSpanKind(trace.SpanKindServer))
 }
