@@ -192,9 +192,14 @@ func (s *Server) CancelScope(ctx context.Context, req *pb.CancelScopeRequest) (*
 // stop order and running-set removal, 4 operations a call (etcd takes at
 // most 128 a Txn). A batch whose guard fails (one call settled meanwhile)
 // is settled one call at a time instead.
+//
+// Many batches go at once: etcd puts the proposals that arrive together
+// into one raft round and one backend commit, so a storm costs fewer
+// rounds. The bench's 10,000-call storm took 0.98 s (mean of 6) with 8 in
+// flight and 0.90 s with 32; each batch is bounded by OpTimeout.
 const (
 	scopeBatch       = 32
-	scopeParallelism = 8 // batches in flight at once
+	scopeParallelism = 32 // batches in flight at once
 )
 
 // cancelScope cancels every running call of a scope: one range read of
