@@ -49,7 +49,8 @@ func startSystem(ctx context.Context, dir string, log *slog.Logger) (_ *system, 
 
 // systemOptions varies the system: labels is the prefix of its
 // components' pprof labels; upstream, if set, is the command of an MCP
-// server the worker fronts (an adapter) instead of the demo tools.
+// server the worker fronts (an adapter, every client on one upstream
+// session) instead of the demo tools.
 type systemOptions struct {
 	labels   string
 	upstream []string
@@ -126,7 +127,10 @@ func (s *system) startWorker(ctx context.Context, log *slog.Logger, upstreamCmd 
 		demo.Register(w)
 		w.Handle(probeTool, s.probes.handle)
 	} else {
-		s.adapter = upstream.New(w, upstream.Options{Command: upstreamCmd, Logger: log.With("part", "adapter")})
+		// One upstream session for every client, as mcp-proxy keeps: the
+		// default (a server process per client session) would compare 16
+		// processes with mcp-proxy's one.
+		s.adapter = upstream.New(w, upstream.Options{Command: upstreamCmd, Sessions: upstream.Shared, Logger: log.With("part", "adapter")})
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
