@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -139,11 +141,7 @@ func BenchmarkCompletedCall(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for {
-			if _, err := s.Recv(); err != nil {
-				break
-			}
-		}
+		completed(b, s)
 		begins, executes = append(begins, begun.Sub(start)), append(executes, time.Since(begun))
 	}
 	b.StopTimer()
@@ -151,6 +149,25 @@ func BenchmarkCompletedCall(b *testing.B) {
 	report(b, "floor-cas", cas)
 	report(b, "begin", begins)
 	report(b, "execute", executes)
+}
+
+// completed reads an Execute stream to its end, and fails the benchmark
+// unless the call completed: a result, then the stream's clean end.
+func completed(b *testing.B, s pb.WorkerService_ExecuteClient) {
+	result := false
+	for {
+		ev, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		result = result || ev.GetResult() != nil
+	}
+	if !result {
+		b.Fatal("the call ended without a result")
+	}
 }
 
 // committed reads etcd's own count of committed Raft proposals.
