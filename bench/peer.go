@@ -202,10 +202,10 @@ func startPeers(ctx context.Context, pdir, dir string, log *slog.Logger) ([]*pee
 	}
 	peers = append(peers, &peer{name: "mcpcancel", url: s.mcpURL, stop: s.close,
 		cpu: func() (time.Duration, time.Duration, error) {
-			u, err := treeCPU(s.adapter.PID())
 			if n := len(s.adapter.SessionPIDs()); n > 0 { // their CPU would go uncounted
 				return 0, 0, fmt.Errorf("the adapter runs %d per-client upstream processes; want one shared", n)
 			}
+			u, err := treeCPU(s.adapter.PID())
 			return 0, u, err // the front's CPU comes from the profile
 		}})
 	return peers, nil
