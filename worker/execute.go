@@ -53,6 +53,8 @@ type execution struct {
 	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
 	cancelTime time.Time // when the context was first cancelled
 	stoppedAt  time.Time // when the handler returned; zero while it runs
+	goneBy     time.Time // its caller left: the decision is awaited until then
+	awaiting   bool      // finish awaits the coordinator's order, and reports the stop
 }
 
 // Execute implements WorkerService.Execute.
@@ -102,8 +104,10 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		close(cancelSeen)
 	})
 	hctx, span := startHandlerSpan(ctx, req) // trace.go
+	w.handlers.Add(1)
 	res, herr := runHandler(hctx, run, call)
 	stoppedAt := time.Now()
+	w.handlers.Add(-1)
 	endHandlerSpan(ctx, span, res.spanResult(), herr, stoppedAt)
 	if !stopWatch() { // the context was cancelled; its callback has started
 		<-cancelSeen
@@ -198,7 +202,7 @@ func (w *Worker) abandonAll() {
 }
 
 // stopBy stops the call for o and returns when its handler returned, or
-// zero if it still runs.
+// zero if it still runs or finish awaits this order.
 func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 	e.markCancelled()
 	e.mu.Lock()
@@ -212,6 +216,9 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 		}
 	}
 	at := e.stoppedAt
+	if e.awaiting {
+		at = time.Time{} // finish ends the call as ordered, and says it stopped
+	}
 	e.mu.Unlock()
 	e.cancel(cause)
 	return at

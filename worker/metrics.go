@@ -28,13 +28,17 @@ func newMetrics(w *Worker) *metrics {
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mcpcancel_worker_calls_in_flight",
-		Help: "Handlers running on this worker.",
+		Help: "Calls on this worker, from their Execute until they end: handler returned and outcome settled.",
 	}, func() float64 {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return float64(len(w.calls))
 	})
-	m.reg.MustRegister(m.calls, m.cancelStop, inflight,
+	handlers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "mcpcancel_worker_handlers_running",
+		Help: "Handlers running on this worker: calls whose handler has not returned.",
+	}, func() float64 { return float64(w.handlers.Load()) })
+	m.reg.MustRegister(m.calls, m.cancelStop, inflight, handlers,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

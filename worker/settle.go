@@ -45,7 +45,7 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 		return e.failAs(pb.Initiator_INITIATOR_WORKER_LOST, errors.New(order.GetReason()), stoppedAt)
 	case order != nil:
 		return e.endAsOrdered(order, stoppedAt)
-	case e.stream.Context().Err() != nil && !e.task:
+	case errors.Is(cause, errCallerGone) || e.stream.Context().Err() != nil && !e.task:
 		if order := e.awaitOrder(); order != nil {
 			return e.endAsOrdered(order, stoppedAt)
 		}
@@ -71,9 +71,14 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 // cancelled this much later; its handler has stopped already.
 const callerGoneWait = 200 * time.Millisecond
 
-// awaitOrder waits up to callerGoneWait for the coordinator's stop order.
+// awaitOrder waits up to callerGoneWait for the coordinator's stop order,
+// or until the time its gateway gave in CallersGone (callersgone.go).
 func (e *execution) awaitOrder() *pb.StopCall {
-	t := time.NewTimer(callerGoneWait)
+	e.mu.Lock()
+	e.awaiting = true
+	e.mu.Unlock()
+	now := time.Now()
+	t := time.NewTimer(e.decideBy(now).Sub(now))
 	defer t.Stop()
 	select {
 	case <-e.ordered:

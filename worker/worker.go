@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -111,6 +112,7 @@ type Worker struct {
 	calls    map[string]*execution
 	draining bool
 	running  sync.WaitGroup // handlers
+	handlers atomic.Int64   // handlers that have not returned (metrics)
 
 	ctrl     *control
 	hooks    sessionHooks

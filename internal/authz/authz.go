@@ -86,6 +86,8 @@ func Worker() *Policy {
 		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Execute": {tlsconfig.RoleGateway},
 		// A client's answer to a request toward it, from any gateway.
 		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Answer": {tlsconfig.RoleGateway},
+		// The callers of calls that its own connection runs are gone.
+		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/CallersGone": {tlsconfig.RoleGateway},
 	})
 }
 

@@ -872,6 +872,107 @@ func (x *AnswerResponse) GetAccepted() bool {
 	return false
 }
 
+type CallersGoneRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 10,000 call ids.
+	CallIds []string `protobuf:"bytes,1,rep,name=call_ids,json=callIds,proto3" json:"call_ids,omitempty"`
+	// Until when the worker waits for the coordinator's decision of a call
+	// it stopped; the worker bounds it to a minute.
+	DecideBy      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=decide_by,json=decideBy,proto3" json:"decide_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallersGoneRequest) Reset() {
+	*x = CallersGoneRequest{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallersGoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallersGoneRequest) ProtoMessage() {}
+
+func (x *CallersGoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallersGoneRequest.ProtoReflect.Descriptor instead.
+func (*CallersGoneRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CallersGoneRequest) GetCallIds() []string {
+	if x != nil {
+		return x.CallIds
+	}
+	return nil
+}
+
+func (x *CallersGoneRequest) GetDecideBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideBy
+	}
+	return nil
+}
+
+type CallersGoneResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many of the calls were running here, on this connection, and
+	// were stopped.
+	Stopped       int32 `protobuf:"varint,1,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallersGoneResponse) Reset() {
+	*x = CallersGoneResponse{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallersGoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallersGoneResponse) ProtoMessage() {}
+
+func (x *CallersGoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallersGoneResponse.ProtoReflect.Descriptor instead.
+func (*CallersGoneResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CallersGoneResponse) GetStopped() int32 {
+	if x != nil {
+		return x.Stopped
+	}
+	return 0
+}
+
 // LogMessage is an MCP log message about the call (notifications/message).
 type LogMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -886,7 +987,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +999,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1012,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogMessage) GetLevel() string {
@@ -947,7 +1048,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1060,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1073,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -1016,7 +1117,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1129,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1142,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecuteResult) GetResultJson() []byte {
@@ -1076,7 +1177,7 @@ type Cancelled struct {
 
 func (x *Cancelled) Reset() {
 	*x = Cancelled{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1189,7 @@ func (x *Cancelled) String() string {
 func (*Cancelled) ProtoMessage() {}
 
 func (x *Cancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1202,7 @@ func (x *Cancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancelled.ProtoReflect.Descriptor instead.
 func (*Cancelled) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Cancelled) GetReason() string {
@@ -1131,7 +1232,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1244,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1257,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Failed) GetReason() string {
@@ -1239,7 +1340,12 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1b\n" +
 	"\tdata_json\x18\x03 \x01(\fR\bdataJson\",\n" +
 	"\x0eAnswerResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted\"W\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\"h\n" +
+	"\x12CallersGoneRequest\x12\x19\n" +
+	"\bcall_ids\x18\x01 \x03(\tR\acallIds\x127\n" +
+	"\tdecide_by\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bdecideBy\"/\n" +
+	"\x13CallersGoneResponse\x12\x18\n" +
+	"\astopped\x18\x01 \x01(\x05R\astopped\"W\n" +
 	"\n" +
 	"LogMessage\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\tR\x05level\x12\x16\n" +
@@ -1267,10 +1373,11 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x14ClientRequestOutcome\x12&\n" +
 	"\"CLIENT_REQUEST_OUTCOME_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fCLIENT_REQUEST_OUTCOME_ANSWERED\x10\x01\x12$\n" +
-	" CLIENT_REQUEST_OUTCOME_WITHDRAWN\x10\x022\x9e\x01\n" +
+	" CLIENT_REQUEST_OUTCOME_WITHDRAWN\x10\x022\xf2\x01\n" +
 	"\rWorkerService\x12H\n" +
 	"\aExecute\x12\x1c.mcpcancel.v1.ExecuteRequest\x1a\x1d.mcpcancel.v1.ExecuteResponse0\x01\x12C\n" +
-	"\x06Answer\x12\x1b.mcpcancel.v1.AnswerRequest\x1a\x1c.mcpcancel.v1.AnswerResponseB\xad\x01\n" +
+	"\x06Answer\x12\x1b.mcpcancel.v1.AnswerRequest\x1a\x1c.mcpcancel.v1.AnswerResponse\x12R\n" +
+	"\vCallersGone\x12 .mcpcancel.v1.CallersGoneRequest\x1a!.mcpcancel.v1.CallersGoneResponseB\xad\x01\n" +
 	"\x10com.mcpcancel.v1B\vWorkerProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -1286,7 +1393,7 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(ClientRequestOutcome)(0),     // 0: mcpcancel.v1.ClientRequestOutcome
 	(*ExecuteRequest)(nil),        // 1: mcpcancel.v1.ExecuteRequest
@@ -1297,39 +1404,44 @@ var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(*AnswerRequest)(nil),         // 6: mcpcancel.v1.AnswerRequest
 	(*ClientError)(nil),           // 7: mcpcancel.v1.ClientError
 	(*AnswerResponse)(nil),        // 8: mcpcancel.v1.AnswerResponse
-	(*LogMessage)(nil),            // 9: mcpcancel.v1.LogMessage
-	(*Progress)(nil),              // 10: mcpcancel.v1.Progress
-	(*ExecuteResult)(nil),         // 11: mcpcancel.v1.ExecuteResult
-	(*Cancelled)(nil),             // 12: mcpcancel.v1.Cancelled
-	(*Failed)(nil),                // 13: mcpcancel.v1.Failed
-	nil,                           // 14: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(Initiator)(0),                // 16: mcpcancel.v1.Initiator
+	(*CallersGoneRequest)(nil),    // 9: mcpcancel.v1.CallersGoneRequest
+	(*CallersGoneResponse)(nil),   // 10: mcpcancel.v1.CallersGoneResponse
+	(*LogMessage)(nil),            // 11: mcpcancel.v1.LogMessage
+	(*Progress)(nil),              // 12: mcpcancel.v1.Progress
+	(*ExecuteResult)(nil),         // 13: mcpcancel.v1.ExecuteResult
+	(*Cancelled)(nil),             // 14: mcpcancel.v1.Cancelled
+	(*Failed)(nil),                // 15: mcpcancel.v1.Failed
+	nil,                           // 16: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(Initiator)(0),                // 18: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	15, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	14, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	10, // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
-	11, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
-	12, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
-	13, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	9,  // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
+	17, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	16, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	12, // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
+	13, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
+	14, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
+	15, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
+	11, // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
 	4,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
 	5,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
 	3,  // 9: mcpcancel.v1.ExecuteResponse.task_start:type_name -> mcpcancel.v1.TaskStart
 	0,  // 10: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
 	7,  // 11: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
-	16, // 12: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	16, // 13: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
-	1,  // 14: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	6,  // 15: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
-	2,  // 16: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	8,  // 17: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
-	16, // [16:18] is the sub-list for method output_type
-	14, // [14:16] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	17, // 12: mcpcancel.v1.CallersGoneRequest.decide_by:type_name -> google.protobuf.Timestamp
+	18, // 13: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	18, // 14: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	1,  // 15: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	6,  // 16: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
+	9,  // 17: mcpcancel.v1.WorkerService.CallersGone:input_type -> mcpcancel.v1.CallersGoneRequest
+	2,  // 18: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	8,  // 19: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
+	10, // 20: mcpcancel.v1.WorkerService.CallersGone:output_type -> mcpcancel.v1.CallersGoneResponse
+	18, // [18:21] is the sub-list for method output_type
+	15, // [15:18] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -1352,14 +1464,14 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*AnswerRequest_ResultJson)(nil),
 		(*AnswerRequest_Error)(nil),
 	}
-	file_mcpcancel_v1_worker_proto_msgTypes[10].OneofWrappers = []any{}
+	file_mcpcancel_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

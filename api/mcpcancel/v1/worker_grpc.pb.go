@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkerService_Execute_FullMethodName = "/mcpcancel.v1.WorkerService/Execute"
-	WorkerService_Answer_FullMethodName  = "/mcpcancel.v1.WorkerService/Answer"
+	WorkerService_Execute_FullMethodName     = "/mcpcancel.v1.WorkerService/Execute"
+	WorkerService_Answer_FullMethodName      = "/mcpcancel.v1.WorkerService/Answer"
+	WorkerService_CallersGone_FullMethodName = "/mcpcancel.v1.WorkerService/CallersGone"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -39,6 +40,14 @@ type WorkerServiceClient interface {
 	// it: the client POSTs its answer wherever it likes. The worker decides,
 	// once, between the answer and the handler withdrawing its request.
 	Answer(ctx context.Context, in *AnswerRequest, opts ...grpc.CallOption) (*AnswerResponse, error)
+	// CallersGone tells the worker that the callers of these calls are gone
+	// (their client disconnected, or the gateway is shutting down) and that
+	// the gateway's cancellation of them is on its way to the coordinator.
+	// The worker stops their handlers at once, sends nothing more for them,
+	// and waits for the coordinator's decision until decide_by before it
+	// cancels a call on its own account. Only the connection whose Execute
+	// stream runs a call may say so; other calls, and tasks, are left alone.
+	CallersGone(ctx context.Context, in *CallersGoneRequest, opts ...grpc.CallOption) (*CallersGoneResponse, error)
 }
 
 type workerServiceClient struct {
@@ -78,6 +87,16 @@ func (c *workerServiceClient) Answer(ctx context.Context, in *AnswerRequest, opt
 	return out, nil
 }
 
+func (c *workerServiceClient) CallersGone(ctx context.Context, in *CallersGoneRequest, opts ...grpc.CallOption) (*CallersGoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CallersGoneResponse)
+	err := c.cc.Invoke(ctx, WorkerService_CallersGone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -94,6 +113,14 @@ type WorkerServiceServer interface {
 	// it: the client POSTs its answer wherever it likes. The worker decides,
 	// once, between the answer and the handler withdrawing its request.
 	Answer(context.Context, *AnswerRequest) (*AnswerResponse, error)
+	// CallersGone tells the worker that the callers of these calls are gone
+	// (their client disconnected, or the gateway is shutting down) and that
+	// the gateway's cancellation of them is on its way to the coordinator.
+	// The worker stops their handlers at once, sends nothing more for them,
+	// and waits for the coordinator's decision until decide_by before it
+	// cancels a call on its own account. Only the connection whose Execute
+	// stream runs a call may say so; other calls, and tasks, are left alone.
+	CallersGone(context.Context, *CallersGoneRequest) (*CallersGoneResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -109,6 +136,9 @@ func (UnimplementedWorkerServiceServer) Execute(*ExecuteRequest, grpc.ServerStre
 }
 func (UnimplementedWorkerServiceServer) Answer(context.Context, *AnswerRequest) (*AnswerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Answer not implemented")
+}
+func (UnimplementedWorkerServiceServer) CallersGone(context.Context, *CallersGoneRequest) (*CallersGoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CallersGone not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -160,6 +190,24 @@ func _WorkerService_Answer_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_CallersGone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CallersGoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).CallersGone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_CallersGone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).CallersGone(ctx, req.(*CallersGoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -170,6 +218,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Answer",
 			Handler:    _WorkerService_Answer_Handler,
+		},
+		{
+			MethodName: "CallersGone",
+			Handler:    _WorkerService_CallersGone_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
