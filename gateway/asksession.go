@@ -47,20 +47,9 @@ func (s *session) askSession(method, id string, params json.RawMessage) {
 // on a goroutine the gateway's Close waits for. A closed gateway refuses
 // nothing: the worker's request ends with its own deadline.
 func (s *session) refuseSession(id string, code int, msg string) {
-	g := s.g
-	g.mu.Lock()
-	closed := g.closed
-	if !closed {
-		g.refusals.Add(1)
-	}
-	g.mu.Unlock()
-	if closed {
-		return
-	}
-	go func() {
-		defer g.refusals.Done()
+	s.g.spawn(&s.g.refusals, func() {
 		s.answerSession(id, &jsonrpc.Message{Error: &jsonrpc.Error{Code: code, Message: msg}})
-	}()
+	})
 }
 
 // answerSession takes a client's answer to a session request to the

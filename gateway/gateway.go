@@ -112,6 +112,17 @@ type Gateway struct {
 
 	taskRuns sync.WaitGroup // the streams of tasks begun here (tasks.go)
 	refusals sync.WaitGroup // session requests refused for clients (asksession.go)
+	gone     sync.WaitGroup // CallersGone notices on their way to workers (callersgone.go)
+}
+
+// spawn runs f on a goroutine that wg counts, for Close to wait on; a
+// closed gateway runs nothing.
+func (g *Gateway) spawn(wg *sync.WaitGroup, f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		wg.Go(f)
+	}
 }
 
 // outboxLimit is how many bytes may wait for one client stream.
@@ -369,6 +380,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stop()
 	g.taskRuns.Wait() // their streams end with g.base; their tasks go on
 	g.refusals.Wait() // they end with g.base
+	g.gone.Wait()     // each bounded by callersGoneTimeout
 	g.mu.Lock()
 	for addr, c := range g.workers {
 		c.Close()

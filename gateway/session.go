@@ -328,6 +328,7 @@ const cancelAllParallelism = 64
 // begun yet, or settled otherwise) are cancelled one by one.
 func (s *session) cancelAll(who pb.Initiator, reason string) {
 	cs := s.inboundCalls()
+	s.g.callersGone(cs) // their handlers stop now; the decisions follow
 	if len(cs) > 1 {
 		cs = s.cancelScope(cs, who, reason)
 	}
