@@ -142,8 +142,16 @@ func (d *deployment) close() {
 	}
 }
 
-func (d *deployment) inflight(ctx context.Context) (float64, error) {
-	return gauge(ctx, d.hc, "http://"+d.worker.get("admin")+"/metrics", "mcpcancel_worker_calls_in_flight")
+// The worker's gauges the memory run and the storm wait on: calls from
+// their Execute until they end (outcome settled), and handlers that have
+// not returned.
+const (
+	callsInFlight   = "mcpcancel_worker_calls_in_flight"
+	handlersRunning = "mcpcancel_worker_handlers_running"
+)
+
+func (d *deployment) workerGauge(ctx context.Context, name string) (float64, error) {
+	return gauge(ctx, d.hc, "http://"+d.worker.get("admin")+"/metrics", name)
 }
 
 // heaps reads gateway, coordinator and worker memory, in that order.
@@ -164,7 +172,8 @@ type memoryResult struct {
 	calls                       int
 	heapPerCall, stackPerCall   [3]float64 // gateway, coordinator, worker
 	rampSeconds                 float64
-	stormSeconds                float64
+	stormSeconds                float64 // to the last handler's return
+	stormSettledSeconds         float64 // to the last call's end on the worker
 	stormCommits, stormRevision float64
 }
 
@@ -240,7 +249,8 @@ func measureMemoryAndStorm(ctx context.Context, d *deployment, calls int) (memor
 }
 
 // storm disconnects the client (closes the gateway's stdin, as a client
-// process that dies would) and times until the last handler returned.
+// process that dies would) and times until the last handler returned,
+// then until the last call ended on the worker, its outcome settled.
 func (d *deployment) storm(ctx context.Context, r *memoryResult, mark commitMark) error {
 	profiled := d.profileStorm(ctx)
 	defer profiled()
@@ -248,10 +258,15 @@ func (d *deployment) storm(ctx context.Context, r *memoryResult, mark commitMark
 	if err := d.gwStdin.Close(); err != nil {
 		return err
 	}
-	if err := d.awaitInflight(ctx, func(n float64) bool { return n == 0 }, stormLimit); err != nil {
-		return fmt.Errorf("cancel storm: %w\ngateway stderr:\n%s\ncoordinator stderr:\n%s", err, d.gw.stderrTail(), d.coord.stderrTail())
+	for _, w := range []struct {
+		gauge string
+		at    *float64
+	}{{handlersRunning, &r.stormSeconds}, {callsInFlight, &r.stormSettledSeconds}} {
+		if err := d.awaitGauge(ctx, w.gauge, func(n float64) bool { return n == 0 }, stormLimit); err != nil {
+			return fmt.Errorf("cancel storm: %w\ngateway stderr:\n%s\ncoordinator stderr:\n%s", err, d.gw.stderrTail(), d.coord.stderrTail())
+		}
+		*w.at = round(time.Since(start).Seconds(), 3)
 	}
-	r.stormSeconds = round(time.Since(start).Seconds(), 3)
 	after, err := d.commits.settle(ctx, 400*time.Millisecond, 60*time.Second)
 	if err != nil {
 		return err
@@ -337,12 +352,17 @@ func (d *deployment) warm(ctx context.Context) error {
 }
 
 func (d *deployment) awaitInflight(ctx context.Context, ok func(float64) bool, limit time.Duration) error {
+	return d.awaitGauge(ctx, callsInFlight, ok, limit)
+}
+
+// awaitGauge polls one of the worker's gauges until ok, at most limit.
+func (d *deployment) awaitGauge(ctx context.Context, name string, ok func(float64) bool, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	last := -1.0
 	for {
-		n, err := d.inflight(ctx)
+		n, err := d.workerGauge(ctx, name)
 		if err != nil {
 			return err
 		}

@@ -244,7 +244,7 @@ func measureProcesses(ctx context.Context, c config, r *result, dir string, prog
 	if err != nil {
 		return err
 	}
-	r.StormCalls, r.StormSeconds = m.calls, m.stormSeconds
+	r.StormCalls, r.StormSeconds, r.StormSettledSeconds = m.calls, m.stormSeconds, m.stormSettledSeconds
 	r.StormCommits, r.StormRevisions = m.stormCommits, m.stormRevision
 	r.StormCommitsPerCall = ratio(m.stormCommits, float64(m.calls))
 	return nil
