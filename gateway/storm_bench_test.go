@@ -21,8 +21,8 @@ import (
 // BenchmarkStdioDisconnect times a disconnect storm: 500 sleep calls in
 // flight on one stdio connection, then the client goes away; an op is the
 // time from closing the connection until the gateway has settled every
-// call (one coordinator Cancel each) and the worker runs no handler. On
-// an embedded etcd with fsync on, as in production.
+// call (one CancelScope) and the worker has ended every call. On an
+// embedded etcd with fsync on, as in production.
 func BenchmarkStdioDisconnect(b *testing.B) {
 	const calls = 500
 	cl := etcdtest.Start(b, 1, etcdtest.Options{Fsync: true})
@@ -66,7 +66,7 @@ func stormConn(b *testing.B, g *gateway.Gateway, w *testcluster.Worker, calls in
 	return inW, served
 }
 
-// awaitInFlight polls until the worker runs n handlers, for at most two
+// awaitInFlight polls until the worker holds n calls, for at most two
 // minutes (a storm on a loaded machine takes long; a broken one forever).
 func awaitInFlight(b *testing.B, w *testcluster.Worker, n int) {
 	deadline := time.Now().Add(2 * time.Minute)
@@ -74,13 +74,13 @@ func awaitInFlight(b *testing.B, w *testcluster.Worker, n int) {
 	defer tick.Stop()
 	for inFlight(b, w) != n {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d handlers running after two minutes, want %d", inFlight(b, w), n)
+			b.Fatalf("%d calls on the worker after two minutes, want %d", inFlight(b, w), n)
 		}
 		<-tick.C
 	}
 }
 
-// inFlight is the worker's handlers running, from its own gauge.
+// inFlight is the worker's calls not yet ended, from its own gauge.
 func inFlight(b *testing.B, w *testcluster.Worker) int {
 	mfs, err := w.Registry().Gather()
 	if err != nil {
