@@ -22,11 +22,7 @@ func TestStdioDisconnectStopsHandlersBeforeTheDecision(t *testing.T) {
 	g := gateway.New(gateway.Options{Coordinator: pb.NewCoordinatorServiceClient(testcluster.Conn(t, link.Addr()))})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)
-	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if m := c.next(t); m["result"] == nil {
-		t.Fatalf("initialize = %v", m)
-	}
-	c.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	c.initialize(t, "2025-11-25")
 	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":600,"steps":1}}}`)
 	waitFor(t, "the handler to run", func() bool {
 		return testcluster.Gauge(t, st.w.Registry(), "mcpcancel_worker_handlers_running") == 1

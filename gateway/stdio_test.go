@@ -58,6 +58,16 @@ func serveStdioVia(t *testing.T, g *gateway.Gateway, wrap func(io.Writer) io.Wri
 	return c
 }
 
+// initialize opens the MCP session at version, declaring no capabilities.
+func (c *stdioConn) initialize(t *testing.T, version string) {
+	t.Helper()
+	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"`+version+`","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if m := c.next(t); m["result"] == nil {
+		t.Fatalf("initialize = %v", m)
+	}
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
 func (c *stdioConn) send(t *testing.T, line string) {
 	t.Helper()
 	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
@@ -91,11 +101,7 @@ func TestStdioCancellationRules(t *testing.T) {
 	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: 20 * time.Millisecond})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)
-	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if m := c.next(t); m["result"] == nil {
-		t.Fatalf("initialize = %v", m)
-	}
-	c.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	c.initialize(t, "2025-06-18")
 
 	// The gateway pings; the client cancels the ping's id: nothing happens.
 	var ping map[string]any
@@ -197,11 +203,7 @@ func TestLateCancelWhileTheResultIsWritten(t *testing.T) {
 	t.Cleanup(func() { g.Close() })
 	h := &heldWriter{marker: []byte(`"id":1,"result"`), held: make(chan struct{}), release: make(chan struct{})}
 	c := serveStdioVia(t, g, func(w io.Writer) io.Writer { h.w = w; return h })
-	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if m := c.next(t); m["result"] == nil {
-		t.Fatalf("initialize = %v", m)
-	}
-	c.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	c.initialize(t, "2025-11-25")
 	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`)
 	<-h.held
 	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"too late"}}`)
