@@ -38,19 +38,30 @@ func (w *Worker) CallersGone(ctx context.Context, req *pb.CallersGoneRequest) (*
 	if hi := now.Add(maxDecideWait); by.After(hi) {
 		by = hi
 	}
+	// Only the connection that runs a call may end it early: a call id
+	// reaches other gateway replicas (answers are routed by it).
 	conn := connOf(ctx)
 	var stopped int32
-	for _, id := range req.GetCallIds() {
-		w.mu.Lock()
-		e := w.calls[id]
-		w.mu.Unlock()
-		// Only the connection that runs a call may end it early: a call
-		// id reaches other gateway replicas (answers are routed by it).
-		if e != nil && conn != "" && connOf(e.stream.Context()) == conn && e.callerGone(by) {
+	for _, e := range w.executions(req.GetCallIds()) {
+		if conn != "" && connOf(e.stream.Context()) == conn && e.callerGone(by) {
 			stopped++
 		}
 	}
 	return &pb.CallersGoneResponse{Stopped: stopped}, nil
+}
+
+// executions are the calls running here among ids, looked up under one
+// hold of w.mu.
+func (w *Worker) executions(ids []string) []*execution {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var es []*execution
+	for _, id := range ids {
+		if e := w.calls[id]; e != nil {
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 // callerGone stops a running call whose caller left; its decision is
