@@ -76,12 +76,16 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 		return
 	}
-	if err := s.register(c); err != nil {
+	early, err := s.register(c)
+	if err != nil {
 		s.g.metrics.call(p.metricName(), outcomeRejected)
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, err))
 		return
 	}
 	defer s.unregister(c)
+	if early != nil {
+		c.requestCancel(early.who, early.reason) // sent once Begin returns
+	}
 	c.run(p)
 	s.endChildren(c)
 	// The response is on the wire before the call counts as done, so a

@@ -36,23 +36,32 @@ type cancelOrder struct {
 // (the call stays in its session until the answer is written, so such a
 // cancel can still find it here).
 func (c *call) requestCancel(who pb.Initiator, reason string) bool {
+	o, lost := c.markCancel(who, reason)
+	if o != nil {
+		c.sendCancel(o)
+	}
+	return !lost
+}
+
+// markCancel is requestCancel's decision, without its RPC: it returns the
+// order to send now (nil when there is none: another is pending, the call
+// has not begun yet, or it is settled), and whether the call's answer went
+// out before any cancel.
+func (c *call) markCancel(who pb.Initiator, reason string) (send *cancelOrder, lost bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if who == pb.Initiator_INITIATOR_CLIENT {
 		c.ownCancel = true
 	}
 	if c.state != running || c.pending != nil {
-		lost := c.state == answered && c.pending == nil // with a cancel pending, the coordinator has heard one
-		c.mu.Unlock()
-		return !lost
+		return nil, c.state == answered && c.pending == nil // with a cancel pending, the coordinator has heard one
 	}
 	o := &cancelOrder{who: who, reason: reason}
 	c.pending, c.state = o, cancelling
-	begun := c.begun
-	c.mu.Unlock()
-	if begun != nil {
-		c.sendCancel(o)
+	if c.begun == nil {
+		return nil, false // sent once the call exists
 	}
-	return true
+	return o, false
 }
 
 // sendCancel asks the coordinator; it reports whether the cancel won.

@@ -45,6 +45,10 @@ type session struct {
 	initialized bool
 	gone        bool   // the client itself left (stdio EOF, DELETE): it waits for nothing
 	lookups     bucket // remote lookups for cancels that named no local call
+	// arriving holds the requests read but not yet registered or answered
+	// (stdio dispatches each on its own goroutine); a client's cancel that
+	// names one waits here for the call to register.
+	arriving map[string]*cancelOrder
 }
 
 // Cancels that name no call held here are looked up at the coordinator
@@ -142,10 +146,7 @@ func (s *session) handle(ctx context.Context, m *jsonrpc.Message, reply sink) {
 func (s *session) handleNotification(m *jsonrpc.Message) {
 	switch m.Method {
 	case "notifications/cancelled":
-		if s.endListen(m.Params) {
-			return // a stdio subscriptions/listen, not a call
-		}
-		s.clientCancelled(m.Params)
+		s.clientCancelled(m.Params, func(f func()) { f() })
 	case "notifications/initialized":
 		s.mu.Lock()
 		s.initialized = true
@@ -174,13 +175,18 @@ type cancelParams struct {
 }
 
 // clientCancelled handles notifications/cancelled. It is never answered.
-// A cancel for a request this gateway holds goes through the call's gate;
-// one for a request it does not hold may name a call on another replica
-// of the same session, or one that has just ended here, so it still asks
-// the coordinator, in this scope only: a cancel that lost to completion is
+// A cancel for a request this gateway holds flips the call's gate at once;
+// one for a request read but not yet registered waits for it (arrive); one
+// for a request it does not hold may name a call on another replica of the
+// same session, or one that has just ended here, so it still asks the
+// coordinator, in this scope only: a cancel that lost to completion is
 // audited once as cancel_lost, on every transport. Malformed ones are
-// ignored.
-func (s *session) clientCancelled(raw json.RawMessage) {
+// ignored. The coordinator's RPC runs through async, so a transport's read
+// loop need not wait for it.
+func (s *session) clientCancelled(raw json.RawMessage, async func(func())) {
+	if s.endListen(raw) {
+		return // a stdio subscriptions/listen, not a call
+	}
 	var p cancelParams
 	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
 		s.g.log.Debug("ignoring malformed cancellation", "scope", s.scope)
@@ -200,13 +206,23 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 	s.mu.Lock()
 	c := s.inbound[id.Key()]
 	_, outbound := s.outbound[id.Key()]
+	_, arriving := s.arriving[id.Key()]
+	if c == nil && arriving {
+		s.arriving[id.Key()] = &cancelOrder{who: pb.Initiator_INITIATOR_CLIENT, reason: reason}
+	}
 	s.mu.Unlock()
 	outbound = outbound || s.isOutbound(id)
 	switch {
 	case c != nil:
-		if c.requestCancel(pb.Initiator_INITIATOR_CLIENT, reason) {
+		o, lost := c.markCancel(pb.Initiator_INITIATOR_CLIENT, reason)
+		if o != nil {
+			async(func() { c.sendCancel(o) })
+		}
+		if !lost {
 			return
-		} // else its answer went out: the lookup below records the lost cancel
+		} // its answer went out: the lookup below records the lost cancel
+	case arriving:
+		return // register hands it to the call
 	case outbound:
 		s.g.metrics.cancel(cancelWrongDirection) // the id of a request we sent; not the client's to cancel
 		return
@@ -217,6 +233,32 @@ func (s *session) clientCancelled(raw json.RawMessage) {
 		s.g.metrics.cancel(cancelRateLimited)
 		return
 	}
+	async(func() { s.lookupCancel(id, reason) })
+}
+
+// arrive records a request read from the client whose handling starts on
+// its own goroutine, so that a cancel read after it waits for its call.
+func (s *session) arrive(id jsonrpc.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.arriving == nil {
+		s.arriving = map[string]*cancelOrder{}
+	}
+	if _, ok := s.arriving[id.Key()]; !ok {
+		s.arriving[id.Key()] = nil
+	}
+}
+
+// forgetArrival ends what arrive began, once the request was handled.
+func (s *session) forgetArrival(id jsonrpc.ID) {
+	s.mu.Lock()
+	delete(s.arriving, id.Key())
+	s.mu.Unlock()
+}
+
+// lookupCancel asks the coordinator to cancel a request of this scope that
+// this gateway does not hold.
+func (s *session) lookupCancel(id jsonrpc.ID, reason string) {
 	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
 	defer cancel()
 	resp, err := s.g.coord.Cancel(ctx, &pb.CancelRequest{
@@ -257,26 +299,29 @@ func (s *session) idle() bool {
 	return len(s.inbound) == 0 && s.notifier == nil
 }
 
-// register records a request before any remote work starts.
-func (s *session) register(c *call) *jsonrpc.Error {
+// register records a request before any remote work starts. It returns
+// the client's cancel that arrived before the call was registered, if any.
+func (s *session) register(c *call) (early *cancelOrder, err *jsonrpc.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.inbound[c.id.Key()]; dup {
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "request id %s is already in flight", c.idText())
 	}
 	if len(s.inbound) >= s.g.opts.ScopeLimit {
-		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "too many calls in flight in this session (limit %d); wait for one to finish", s.g.opts.ScopeLimit)
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "too many calls in flight in this session (limit %d); wait for one to finish", s.g.opts.ScopeLimit)
 	}
 	if s.g.inflight.Add(1) > int64(s.g.opts.GlobalLimit) {
 		s.g.inflight.Add(-1)
-		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is at its limit of %d calls in flight; try again shortly", s.g.opts.GlobalLimit)
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is at its limit of %d calls in flight; try again shortly", s.g.opts.GlobalLimit)
 	}
 	if !s.g.track(c) {
 		s.g.inflight.Add(-1)
-		return jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is shutting down; try another replica")
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the gateway is shutting down; try another replica")
 	}
 	s.inbound[c.id.Key()] = c
-	return nil
+	early = s.arriving[c.id.Key()]
+	delete(s.arriving, c.id.Key())
+	return early, nil
 }
 
 // setLeft records whether the client itself ended its connection or

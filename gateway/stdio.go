@@ -108,11 +108,35 @@ func (g *Gateway) serveLine(ctx context.Context, s *session, out sink, line []by
 		out.send(jsonrpc.ErrorResponse(derr.ID, derr.HasID, derr.Error))
 		return
 	}
-	if m.Kind == jsonrpc.KindRequest && isRouted(m.Method) {
-		calls.Go(func() { s.handle(ctx, m, out) })
-		return
+	switch {
+	case m.Kind == jsonrpc.KindRequest && !ordersSession(m.Method):
+		// No request waits for another: a long poll (tasks/result) must not
+		// hold up a ping, a call or a cancel behind it.
+		s.arrive(m.ID)
+		calls.Go(func() {
+			defer s.forgetArrival(m.ID)
+			s.handle(ctx, m, out)
+		})
+	case m.Kind == jsonrpc.KindNotification && m.Method == "notifications/cancelled":
+		// The gate flips here, in order with the lines around it; the
+		// coordinator hears of it off the read loop.
+		s.clientCancelled(m.Params, calls.Go)
+	default:
+		s.handle(ctx, m, out)
 	}
-	s.handle(ctx, m, out)
+}
+
+// ordersSession says whether a request changes what the requests after it
+// see, and so is served in the read loop, in order: initialize,
+// logging/setLevel (the level a later call starts with) and
+// subscriptions/listen (which a later cancel may name). Each is local and
+// quick.
+func ordersSession(method string) bool {
+	switch method {
+	case "initialize", "logging/setLevel", "subscriptions/listen":
+		return true
+	}
+	return false
 }
 
 // readLines sends each line of r on out until r ends. A line longer than

@@ -6,13 +6,19 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
 )
 
 // stdioConn is a client speaking raw JSON lines to ServeStdio.
@@ -246,4 +252,92 @@ func awaitEchoAudits(t *testing.T, st *stack, id string) []*coordinator.AuditRec
 		return false
 	})
 	return as
+}
+
+// No line of a stdio connection waits for another: while a tasks/result
+// long-polls a running task, a ping and a call on the same connection are
+// answered, and a cancel of a running call lands (its audit says so), all
+// before the long poll ends. The task is then cancelled, which ends it.
+func TestStdioLongPollHoldsUpNothing(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "fixtures"}, demo.RegisterFixtures)
+	waitFor(t, "the task fixtures", func() bool {
+		resp, err := st.c.ListTools(t.Context(), nil)
+		return err == nil && slices.ContainsFunc(resp.Tools, func(tl *pb.Tool) bool { return tl.GetName() == "slow_compute" })
+	})
+	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: time.Hour})
+	t.Cleanup(func() { g.Close() })
+	c := serveStdio(t, g)
+	c.initialize(t, "2025-11-25")
+
+	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_compute","arguments":{"seconds":60},"task":{}}}`)
+	created := c.next(t)
+	taskID, _ := created["result"].(map[string]any)["task"].(map[string]any)["taskId"].(string)
+	if taskID == "" {
+		t.Fatalf("CreateTaskResult = %v", created)
+	}
+	c.send(t, `{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"`+taskID+`"}}`)
+	c.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":60,"steps":600}}}`)
+	c.send(t, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	c.send(t, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`)
+	for _, want := range []float64{4, 5} {
+		if m := c.next(t); m["id"] != want || m["result"] == nil {
+			t.Fatalf("got %v, want the answer to request %v before the long poll's", m, want)
+		}
+	}
+	c.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"changed my mind"}}`)
+	waitFor(t, "call 3's cancellation", func() bool {
+		for _, as := range st.allAudits(t) {
+			if as[0].Tool == "sleep" && string(as[0].RequestID) == "3" {
+				return as[0].Outcome == "cancelled" && as[0].Initiator == "client"
+			}
+		}
+		return false
+	})
+	c.send(t, `{"jsonrpc":"2.0","id":6,"method":"tasks/cancel","params":{"taskId":"`+taskID+`"}}`)
+	got := map[float64]map[string]any{}
+	for len(got) < 2 {
+		m := c.next(t)
+		if m["method"] == "notifications/tasks/status" {
+			continue
+		}
+		id, _ := m["id"].(float64)
+		if id != 2 && id != 6 {
+			t.Fatalf("got %v, want only the answers to the long poll and the task's cancel (never call 3's)", m)
+		}
+		got[id] = m
+	}
+	if st := got[6]["result"].(map[string]any)["status"]; st != "cancelled" {
+		t.Fatalf("tasks/cancel = %v", got[6])
+	}
+}
+
+// A cancel read right behind its request, before the call has registered
+// (each request runs on its own goroutine), still cancels it: the call
+// picks it up as it registers. None of the calls is answered.
+func TestStdioCancelRightBehindItsRequest(t *testing.T) {
+	st := newStack(t, stackOptions{})
+	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: time.Hour})
+	t.Cleanup(func() { g.Close() })
+	c := serveStdio(t, g)
+	c.initialize(t, "2025-11-25")
+	const n = 20
+	for i := range n {
+		id := strconv.Itoa(100 + i)
+		c.send(t, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":60,"steps":600}}}`+"\n"+
+			`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+id+`,"reason":"right behind"}}`)
+	}
+	waitFor(t, "every call's cancellation", func() bool {
+		cancelled := 0
+		for _, as := range st.allAudits(t) {
+			if as[0].Tool == "sleep" && as[0].Outcome == "cancelled" && as[0].Initiator == "client" && as[0].Reason == "right behind" {
+				cancelled++
+			}
+		}
+		return cancelled == n
+	})
+	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	if m := c.next(t); m["id"] != float64(1) {
+		t.Fatalf("got %v, want only the ping's answer (no cancelled call is answered)", m)
+	}
 }
