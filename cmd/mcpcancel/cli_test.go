@@ -57,7 +57,11 @@ func TestCommandLines(t *testing.T) {
 		{"nothing to advertise either", []string{"worker", "--demo", "--listen", "0.0.0.0:7802"}, nil, 2, nil, []string{"pass --advertise HOST:PORT"}},
 		{"bad duration", []string{"coordinator", "--lease-ttl", "0s"}, nil, 2, nil, []string{"--lease-ttl must be positive, not 0s"}},
 		{"no etcd", []string{"coordinator", "--etcd", " , "}, nil, 2, nil, []string{ErrNoEtcd.Error()}},
-		{"cannot listen", []string{"coordinator", "--listen", "127.0.0.1:99999"}, nil, 1, nil, []string{"mcpcancel coordinator: listen tcp"}},
+		{"cannot listen", []string{"coordinator", "--listen", "127.0.0.1:99999"}, nil, 1, nil, []string{"mcpcancel coordinator: --listen 127.0.0.1:99999: listen tcp"}},
+		{"bad log level", []string{"worker", "--demo", "--log-level", "banana"}, nil, 2, nil, []string{`invalid value "banana" for flag -log-level: want debug, info, warn or error`}},
+		{"log level in capitals", []string{"worker", "--demo", "--log-level", "WARN", "--listen", "x"}, nil, 1, nil, []string{"--listen x: listen tcp: address x: missing port"}},
+		{"bad protocol version", []string{"call", "--protocol-version", "banana", "echo"}, nil, 2, nil, []string{`--protocol-version "banana": want one of 2026-07-28, 2025-11-25,`}},
+		{"bad session mode", []string{"dev", "--upstream-stdio", "sh", "--upstream-sessions", "banana"}, nil, 2, nil, []string{`--upstream-sessions: upstream sessions must be "per-client" or "shared", not "banana"`}},
 		{"etcd unreachable", []string{"coordinator", "--listen", "127.0.0.1:0", "--etcd", "http://127.0.0.1:1"}, nil, 1, nil, []string{
 			"coordinator: 127.0.0.1:", "mcpcancel coordinator: cannot read the coordinator's state from etcd at http://127.0.0.1:1",
 		}},

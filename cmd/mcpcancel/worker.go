@@ -95,6 +95,12 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	if err != nil {
 		return err
 	}
+	execLis, adminLis := &cmdline.Addr{Flag: "listen", Addr: o.listen}, &cmdline.Addr{Flag: "admin", Addr: o.admin}
+	if err := cmdline.ListenAll(execLis, adminLis); err != nil {
+		return err
+	}
+	defer closeListeners(execLis, adminLis) // on an early return
+	lis := execLis.Lis
 	log := cmdline.NewLogger(s.Stderr, *o.logLevel)
 	sec, err := cmdline.LoadTLS(o.tls, log)
 	if err != nil {
@@ -112,14 +118,9 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 			demo.RegisterFixtures(w)
 		}
 	}
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return err
-	}
 	if o.upstream.set() {
 		a, err := o.upstream.adapter(w, log)
 		if err != nil {
-			lis.Close()
 			return err
 		}
 		stopUpstream := startAdapter(ctx, a)
@@ -131,7 +132,8 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	defer stopAdmin()
 	ready, closeReady := grpcHealth(lis.Addr().String(), sec.DialOptions(tlsconfig.RoleWorker))
 	defer closeReady()
-	g.Go(func() error { return serveAdminReady(adminCtx, s.Stderr, o.admin, w.Registry(), ready) })
+	g.Go(func() error { return serveAdminReady(adminCtx, s.Stderr, adminLis.Lis, w.Registry(), ready) })
+	shutdownOf(ctx).waitsFor(func() string { return callsInFlight(w.Registry(), workerInFlight, o.drain) })
 	err = w.Run(ctx, lis)
 	stopAdmin()
 	return errors.Join(err, g.Wait())
