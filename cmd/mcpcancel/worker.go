@@ -24,7 +24,8 @@ const aboutWorker = `Runs a worker: it attaches to a coordinator, offers its too
 runs the calls gateways send it. --demo serves the demo tools sleep, echo
 and spin; --upstream-stdio or --upstream-http fronts an existing MCP server
 instead, offering its tools (it restarts a --upstream-stdio server that
-dies). On SIGINT or SIGTERM it stops taking calls, waits up to
+dies, and one that fails to start, logging why with the last of its
+stderr; a program not found is refused at once). On SIGINT or SIGTERM it stops taking calls, waits up to
 --drain-timeout for running ones (cancelling the rest), detaches, and then
 stops the upstream server.`
 
