@@ -45,7 +45,7 @@ func lookup(name string) (subcommand, bool) {
 }
 
 // Main runs the mcpcancel command line args (without the program name)
-// and returns the exit status. The first SIGINT or SIGTERM ends ctx for a
+// and returns the exit status. The first SIGINT, SIGTERM or SIGHUP ends ctx for a
 // graceful stop; a second exits at once with status 130.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := onSignals(ctx, stderr, os.Exit)

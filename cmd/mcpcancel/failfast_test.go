@@ -142,3 +142,19 @@ func TestDevSignalTwice(t *testing.T) {
 		t.Logf("left in TMPDIR: %v", entries)
 	}
 }
+
+// TestDevHangUp: a closed terminal (SIGHUP) stops dev as SIGTERM does:
+// status 0, and no temporary data left behind.
+func TestDevHangUp(t *testing.T) {
+	tmp, env := privateTmp(t)
+	p := start(t, []string{env}, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0")
+	p.waitLine(t, "mcp: ")
+	p.signal(t, syscall.SIGHUP)
+	if code := p.exitCode(t); code != 0 {
+		t.Errorf("exit status %d after SIGHUP, want 0", code)
+	}
+	if note := p.waitLine(t, "mcpcancel: hangup: "); note != "shutting down (no calls in flight); signal again to exit at once" {
+		t.Errorf("SIGHUP said %q", note)
+	}
+	noDevData(t, tmp)
+}

@@ -15,16 +15,16 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
 )
 
-// onSignals returns a context that the first SIGINT or SIGTERM ends, so
+// onSignals returns a context that the first stop signal ends, so
 // the command stops gracefully, saying what the stop waits for (see
 // shutdownOf); a second one runs the command's exit cleanups and calls
 // exit(130) at once. stop releases the signals and waits for the watcher
 // it started.
 func onSignals(parent context.Context, stderr io.Writer, exit func(int)) (ctx context.Context, stop func()) {
 	sd := &shutdown{}
-	ctx, stopNotify := signal.NotifyContext(context.WithValue(parent, shutdownKey{}, sd), os.Interrupt, syscall.SIGTERM)
+	ctx, stopNotify := signal.NotifyContext(context.WithValue(parent, shutdownKey{}, sd), stopSignals()...)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals()...)
 	done, watched := make(chan struct{}), make(chan struct{})
 	go func() { // owned by stop, which waits for it
 		defer close(watched)
@@ -36,6 +36,17 @@ func onSignals(parent context.Context, stderr io.Writer, exit func(int)) (ctx co
 		<-watched
 		stopNotify()
 	}
+}
+
+// stopSignals are the signals that stop a command: SIGINT, SIGTERM, and
+// SIGHUP (its terminal closed) unless it was started ignoring SIGHUP
+// (nohup), which must go on ignoring it.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
 }
 
 // shutdown is what a running command tells the signal watcher: what its
