@@ -158,3 +158,20 @@ func TestDevHangUp(t *testing.T) {
 	}
 	noDevData(t, tmp)
 }
+
+// TestDevInterruptedWhileStarting: SIGINT while dev waits for its
+// upstream server stops it quietly, with status 0, not "context canceled".
+func TestDevInterruptedWhileStarting(t *testing.T) {
+	tmp, env := privateTmp(t)
+	p := start(t, []string{env}, "dev", "--http", "127.0.0.1:0", "--coordinator-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0",
+		"--upstream-connect-timeout", "1m", "--upstream-stdio", "sh -c 'exec sleep 60'")
+	p.waitLine(t, "coordinator: ")
+	p.signal(t, syscall.SIGINT)
+	if code := p.exitCode(t); code != 0 {
+		t.Errorf("exit status %d after SIGINT while starting, want 0", code)
+	}
+	if stderr := p.stderr(); strings.Contains(stderr, "context canceled") {
+		t.Errorf("dev said %q", stderr)
+	}
+	noDevData(t, tmp)
+}
