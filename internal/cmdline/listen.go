@@ -18,14 +18,6 @@ func ListenFlag(flag, addr string) (net.Listener, error) {
 	return lis, err
 }
 
-// FlagForPort names the flag that changes addr when err says it is in use.
-func FlagForPort(err error, flag, addr string) error {
-	if errors.Is(err, syscall.EADDRINUSE) && !errors.As(err, new(portInUse)) {
-		return portInUse{flag, addr, err}
-	}
-	return err
-}
-
 // portInUse is a listen address another process holds.
 type portInUse struct {
 	flag, addr string
