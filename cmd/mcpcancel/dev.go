@@ -23,6 +23,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
 const aboutDev = `Runs everything in one process for trying mcpcancel: an embedded etcd, a
@@ -199,7 +200,7 @@ func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string, l
 	defer func() { stopCoord(); <-coordDone }()
 	fmt.Fprintf(s.Stderr, "coordinator: %s\n", coordLis.Addr())
 
-	w, stopWorker, err := startDevWorker(ctx, coordLis.Addr().String(), o, lis.worker.Lis, log)
+	w, stopWorker, err := startDevWorker(ctx, s.Stderr, coordLis.Addr().String(), o, lis.worker.Lis, log)
 	if err != nil {
 		return err
 	}
@@ -227,9 +228,9 @@ func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string, l
 }
 
 // startDevWorker starts the demo worker and waits until it has attached.
-func startDevWorker(ctx context.Context, coord string, o *devFlags, lis net.Listener, log *slog.Logger) (string, func(), error) {
+func startDevWorker(ctx context.Context, stderr io.Writer, coord string, o *devFlags, lis net.Listener, log *slog.Logger) (string, func(), error) {
 	w := worker.New(worker.Options{Coordinator: coord, Name: "dev-worker", DrainTimeout: o.grace})
-	stopUpstream, err := devTools(ctx, w, o, log)
+	stopUpstream, err := devTools(ctx, stderr, w, o, log)
 	if err != nil {
 		return "", nil, err
 	}
@@ -253,7 +254,7 @@ func startDevWorker(ctx context.Context, coord string, o *devFlags, lis net.List
 // devTools gives the dev worker its tools: the demo ones, or an upstream
 // server's. It returns what stops the upstream server, once the worker
 // has drained.
-func devTools(ctx context.Context, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
+func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
 	if !o.upstream.set() {
 		demo.Register(w)
 		if o.fixtures {
@@ -266,7 +267,7 @@ func devTools(ctx context.Context, w *worker.Worker, o *devFlags, log *slog.Logg
 		return nil, err
 	}
 	stop := startAdapter(ctx, a)
-	if err := a.Started(ctx); err != nil {
+	if err := o.upstream.waitStarted(ctx, stderr, a); err != nil {
 		stop()
 		if ctx.Err() != nil {
 			return nil, err
@@ -274,4 +275,26 @@ func devTools(ctx context.Context, w *worker.Worker, o *devFlags, log *slog.Logg
 		return nil, fmt.Errorf("the upstream MCP server did not start: %w", err)
 	}
 	return stop, nil
+}
+
+// startNoteAfter is how long dev waits for an upstream server in silence
+// before saying what it waits for.
+const startNoteAfter = 2 * time.Second
+
+// waitStarted waits for a's server to start (upstream.Adapter.Started),
+// saying on stderr what it waits for once that takes a while (npx may be
+// downloading the server).
+func (u *upstreamFlags) waitStarted(ctx context.Context, stderr io.Writer, a *upstream.Adapter) error {
+	quiet, cancel := context.WithTimeout(ctx, startNoteAfter)
+	err := a.Started(quiet)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return err
+	}
+	what := u.http
+	if u.stdio != "" {
+		what = u.stdio
+	}
+	fmt.Fprintf(stderr, "waiting for the upstream MCP server (%s) to answer initialize, up to %v (--upstream-connect-timeout)\n", what, u.connectWait)
+	return a.Started(ctx)
 }

@@ -46,8 +46,11 @@ func TestDevUpstreamFailsFast(t *testing.T) {
 			[]string{`mcpcancel dev: --upstream-stdio: exec: "mcpcancel-no-such-server": executable file not found`}},
 		{"exits before initialize", []string{"--upstream-stdio", `sh -c 'echo cannot open the database >&2; exit 3'`}, 1,
 			[]string{"the upstream MCP server did not start: starting sh: it exited (exit status 3) before answering initialize", "cannot open the database"}},
-		{"never answers initialize", []string{"--upstream-connect-timeout", "1s", "--upstream-stdio", `sh -c 'echo listening on a socket instead >&2; exec sleep 60'`}, 1,
-			[]string{"starting sh: no answer to initialize within 1s", "listening on a socket instead"}},
+		{"never answers initialize", []string{"--upstream-connect-timeout", "5s", "--upstream-stdio", `sh -c 'echo listening on a socket instead >&2; exec sleep 60'`}, 1,
+			[]string{
+				"waiting for the upstream MCP server (sh -c 'echo listening on a socket instead >&2; exec sleep 60') to answer initialize, up to 5s (--upstream-connect-timeout)",
+				"starting sh: no answer to initialize within 5s", "listening on a socket instead",
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp, env := privateTmp(t)
