@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -61,7 +62,9 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 			killGroup(cmd.Process.Pid)
 			cmd.Wait() // and so the last of its stderr is read
 		}
-		if status := exitedOnItsOwn(cmd); status != "" && ctx.Err() == nil {
+		// The connection closed because the child exited: say how it
+		// ended rather than that the SDK read EOF.
+		if status := exitedOnItsOwn(cmd); status != "" && ctx.Err() == nil && (errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF)) {
 			err = fmt.Errorf("it exited (%s) before answering initialize", status)
 		}
 		err = a.startErr(ctx, err, stderr.tail())

@@ -22,6 +22,9 @@ func TestStartedSaysWhyTheServerDidNotStart(t *testing.T) {
 		{"no such program", []string{"mcpcancel-no-such-server"}, []string{"starting mcpcancel-no-such-server: ", "executable file not found"}},
 		{"exits at once", []string{"sh", "-c", "echo line one >&2; echo cannot open the database >&2; exit 3"},
 			[]string{"starting sh: it exited (exit status 3) before answering initialize; the last it wrote to stderr:\n  line one\n  cannot open the database"}},
+		{"refuses initialize", []string{"sh", "-c", `while read -r req; do id=$(printf '%s' "$req" | sed -n 's/.*"id":\([0-9]*\).*/\1/p'); ` +
+			`[ -n "$id" ] && printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"licence expired"}}\n' "$id"; done`},
+			[]string{"starting sh: ", "licence expired"}},
 		{"never answers", []string{"sh", "-c", "echo still loading >&2; exec sleep 60"},
 			[]string{"starting sh: no answer to initialize within 300ms", "still loading"}},
 	} {
