@@ -21,10 +21,10 @@ import (
 // exit(130) at once. stop releases the signals and waits for the watcher
 // it started.
 func onSignals(parent context.Context, stderr io.Writer, exit func(int)) (ctx context.Context, stop func()) {
-	sd := &shutdown{}
-	ctx, stopNotify := signal.NotifyContext(context.WithValue(parent, shutdownKey{}, sd), stopSignals()...)
+	sd, stops := &shutdown{}, stopSignals()
+	ctx, stopNotify := signal.NotifyContext(context.WithValue(parent, shutdownKey{}, sd), stops...)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, stopSignals()...)
+	signal.Notify(sigs, stops...)
 	done, watched := make(chan struct{}), make(chan struct{})
 	go func() { // owned by stop, which waits for it
 		defer close(watched)
