@@ -61,6 +61,8 @@ func TestCommandLines(t *testing.T) {
 		{"bad log level", []string{"worker", "--demo", "--log-level", "banana"}, nil, 2, nil, []string{`invalid value "banana" for flag -log-level: want debug, info, warn or error`}},
 		{"log level in capitals", []string{"worker", "--demo", "--log-level", "WARN", "--listen", "x"}, nil, 1, nil, []string{"--listen x: listen tcp: address x: missing port"}},
 		{"bad protocol version", []string{"call", "--protocol-version", "banana", "echo"}, nil, 2, nil, []string{`--protocol-version "banana": want one of 2026-07-28, 2025-11-25,`}},
+		{"calls with an argument", []string{"calls", "x"}, nil, 2, nil, []string{`unexpected argument "x"`}},
+		{"calls with no coordinator", []string{"calls", "--coordinator", "127.0.0.1:1"}, nil, 1, nil, []string{"mcpcancel calls: cannot reach the coordinator at 127.0.0.1:1"}},
 		{"bad session mode", []string{"dev", "--upstream-stdio", "sh", "--upstream-sessions", "banana"}, nil, 2, nil, []string{`--upstream-sessions: upstream sessions must be "per-client" or "shared", not "banana"`}},
 		{"etcd unreachable", []string{"coordinator", "--listen", "127.0.0.1:0", "--etcd", "http://127.0.0.1:1"}, nil, 1, nil, []string{
 			"coordinator: 127.0.0.1:", "mcpcancel coordinator: cannot read the coordinator's state from etcd at http://127.0.0.1:1",
