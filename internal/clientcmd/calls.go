@@ -60,7 +60,9 @@ func RunCalls(ctx context.Context, s cmdline.Streams, args []string) error {
 		return coordinatorErr(o.coordinator, err)
 	}
 	for _, c := range resp.GetCalls() {
-		p.print("", c, time.Now())
+		if err := p.print("", c, time.Now()); err != nil {
+			return err
+		}
 	}
 	if err := p.flush(); err != nil {
 		return err
@@ -96,13 +98,13 @@ func watchCalls(ctx context.Context, admin pb.AdminServiceClient, addr string, p
 			if synced {
 				event = "started"
 			}
-			p.print(event, resp.GetCall(), time.Now())
+			err = p.print(event, resp.GetCall(), time.Now())
 		case pb.CallEvent_CALL_EVENT_SETTLED:
-			p.print(settledAs(resp.GetCall().GetCall()), resp.GetCall(), time.Now())
+			err = p.print(settledAs(resp.GetCall().GetCall()), resp.GetCall(), time.Now())
 		default:
 			continue
 		}
-		if err := p.flush(); err != nil {
+		if err := errors.Join(err, p.flush()); err != nil {
 			return err
 		}
 	}
@@ -175,19 +177,23 @@ type runningJSON struct {
 	AgeMillis int64     `json:"age_ms"`
 }
 
-func (p *callsPrinter) print(event string, rc *pb.RunningCall, now time.Time) {
+func (p *callsPrinter) print(event string, rc *pb.RunningCall, now time.Time) error {
 	c := rc.GetCall()
 	age := callAge(rc, now)
-	if p.json {
-		b, _ := json.Marshal(runningJSON{
-			Event: event, CallID: c.GetCallId(), Principal: c.GetPrincipal(), Method: callMethod(rc), Tool: c.GetTool(),
-			Worker: c.GetWorker(), Gateway: c.GetGateway(), Requested: c.GetRequestedAt().AsTime(), AgeMillis: age.Milliseconds(),
-		})
-		p.out.Write(append(b, '\n'))
-		return
+	if !p.json {
+		id := c.GetCallId()
+		p.row([]string{event, id[:min(len(id), shortCallID)], c.GetPrincipal(), target(rc), c.GetWorker(), roundAge(age)})
+		return nil
 	}
-	id := c.GetCallId()
-	p.row([]string{event, id[:min(len(id), shortCallID)], c.GetPrincipal(), target(rc), c.GetWorker(), roundAge(age)})
+	b, err := json.Marshal(runningJSON{
+		Event: event, CallID: c.GetCallId(), Principal: c.GetPrincipal(), Method: callMethod(rc), Tool: c.GetTool(),
+		Worker: c.GetWorker(), Gateway: c.GetGateway(), Requested: c.GetRequestedAt().AsTime(), AgeMillis: age.Milliseconds(),
+	})
+	if err != nil {
+		return err
+	}
+	_, err = p.out.Write(append(b, '\n'))
+	return err
 }
 
 // callAge is how long the call has run: from its request to now, or to
