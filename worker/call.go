@@ -55,10 +55,12 @@ func (c *Call) URI() string {
 	return ""
 }
 
-// Bind decodes the arguments into v.
+// Bind decodes the arguments into v. An argument of the wrong type is an
+// *ArgumentsError in the words of the tool's schema: "invalid arguments
+// for sleep: seconds: want a number, got a string".
 func (c *Call) Bind(v any) error {
 	if err := json.Unmarshal(c.Arguments, v); err != nil {
-		return fmt.Errorf("invalid arguments for %s: %w", c.Tool, err)
+		return &ArgumentsError{Tool: c.Tool, Err: argsError(err)}
 	}
 	return nil
 }

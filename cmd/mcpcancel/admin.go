@@ -16,7 +16,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/mcpcancel/mcpcancel/internal/cmdline"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,22 +23,19 @@ import (
 )
 
 // serveAdmin serves /metrics (and /healthz) for reg, and the Go profiles at
-// /debug/pprof/ (the benchmark reads heaps there), on addr until ctx is
-// done. An empty addr serves nothing. It prints "admin: HOST:PORT".
-func serveAdmin(ctx context.Context, stderr io.Writer, addr string, reg *prometheus.Registry) error {
-	return serveAdminReady(ctx, stderr, addr, reg, nil)
+// /debug/pprof/ (the benchmark reads heaps there), on lis (--admin, bound
+// with the process's other addresses) until ctx is done. A nil lis serves
+// nothing. It prints "admin: HOST:PORT".
+func serveAdmin(ctx context.Context, stderr io.Writer, lis net.Listener, reg *prometheus.Registry) error {
+	return serveAdminReady(ctx, stderr, lis, reg, nil)
 }
 
 // serveAdminReady is serveAdmin with /readyz answering as ready says:
 // 200 when it returns nil, else 503 with the reason. A nil ready serves
 // no /readyz.
-func serveAdminReady(ctx context.Context, stderr io.Writer, addr string, reg *prometheus.Registry, ready func(context.Context) error) error {
-	if addr == "" {
+func serveAdminReady(ctx context.Context, stderr io.Writer, lis net.Listener, reg *prometheus.Registry, ready func(context.Context) error) error {
+	if lis == nil {
 		return nil
-	}
-	lis, err := cmdline.ListenFlag("admin", addr)
-	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
 	}
 	fmt.Fprintf(stderr, "admin: %s\n", lis.Addr())
 	mux := http.NewServeMux()

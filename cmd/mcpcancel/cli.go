@@ -25,6 +25,7 @@ func commands() []subcommand {
 		{"call", "call a tool over MCP, showing progress; cancel it with Ctrl-C, then see its audit", clientcmd.RunCall},
 		{"coordinator", "run a coordinator replica (the control plane, in front of etcd)", runCoordinator},
 		{"audit", "list or follow the audit of decided calls (audit list, audit tail)", clientcmd.RunAudit},
+		{"calls", "list the calls in flight; --watch follows them as they start and settle", clientcmd.RunCalls},
 		{"cancel", "cancel a running call as an operator (audited with your identity)", clientcmd.RunCancel},
 		{"tools", "list the tools the workers offer, with their arguments", clientcmd.RunTools},
 		{"console", "serve the web console for a coordinator: calls in flight, decisions, audit", clientcmd.RunConsole},
@@ -44,7 +45,7 @@ func lookup(name string) (subcommand, bool) {
 }
 
 // Main runs the mcpcancel command line args (without the program name)
-// and returns the exit status. The first SIGINT or SIGTERM ends ctx for a
+// and returns the exit status. The first SIGINT, SIGTERM or SIGHUP ends ctx for a
 // graceful stop; a second exits at once with status 130.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := onSignals(ctx, stderr, os.Exit)

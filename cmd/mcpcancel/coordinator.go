@@ -101,6 +101,12 @@ func runCoordinator(ctx context.Context, s cmdline.Streams, args []string) error
 	if err != nil {
 		return err
 	}
+	grpcLis, adminLis := &cmdline.Addr{Flag: "listen", Addr: o.listen}, &cmdline.Addr{Flag: "admin", Addr: o.admin}
+	if err := cmdline.ListenAll(grpcLis, adminLis); err != nil {
+		return err
+	}
+	defer closeListeners(grpcLis, adminLis) // on an early return
+	lis := grpcLis.Lis
 	if o.embedDir != "" {
 		m, err := embedetcd.Start(ctx, embedetcd.Options{Dir: o.embedDir})
 		if err != nil {
@@ -127,10 +133,6 @@ func runCoordinator(ctx context.Context, s cmdline.Streams, args []string) error
 		return err
 	}
 	defer closeExport()
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(s.Stderr, "coordinator: %s\n", lis.Addr())
 	log := cmdline.NewLogger(s.Stderr, *o.logLevel)
 	sec, err := cmdline.LoadTLS(o.tls, log)
@@ -145,7 +147,7 @@ func runCoordinator(ctx context.Context, s cmdline.Streams, args []string) error
 		func(ctx context.Context) error {
 			ready, closeReady := grpcHealth(lis.Addr().String(), sec.DialOptions(tlsconfig.RoleCoordinator))
 			defer closeReady()
-			return serveAdminReady(ctx, s.Stderr, o.admin, srv.Registry(), ready)
+			return serveAdminReady(ctx, s.Stderr, adminLis.Lis, srv.Registry(), ready)
 		},
 	}
 	if export != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
 const aboutDev = `Runs everything in one process for trying mcpcancel: an embedded etcd, a
@@ -30,43 +31,46 @@ coordinator, a worker with the demo tools (sleep, echo, spin) and a gateway
 serving MCP on --http (or on stdio with --stdio; logs then go to stderr only).
 With --upstream-stdio or --upstream-http the worker fronts that MCP server
 instead of serving the demo tools; --upstream-config filters and tunes its
-tools (see the worker command). Prints one line per endpoint on stderr.
-With --stdio it runs beside any other dev: if the default coordinator port
-is taken, the coordinator listens on a free one (see its line on stderr).
-On SIGINT or SIGTERM it stops the parts in order and removes its temporary
-data directory.`
+tools (see the worker command). An upstream server that cannot be started,
+or does not answer initialize within --upstream-connect-timeout, is an
+error naming it, with the last lines it wrote to stderr.
+Every address is bound before anything starts; all that are in use are
+reported together. Left to their defaults, the console (and, with --stdio,
+the coordinator) take a free port when theirs is in use, so that dev runs
+beside another dev: see their lines on stderr. Prints one line per endpoint
+on stderr.
+On SIGINT or SIGTERM it stops the parts in order, letting calls in flight
+finish for --shutdown-grace, and removes its temporary data directory; a
+second signal exits at once, and removes it too.`
+
+// devGrace is dev's --shutdown-grace: short, as its calls are a user's
+// own tries.
+const devGrace = 5 * time.Second
 
 type devFlags struct {
 	gatewayFlags
 	coordListen string
-	// coordListenSet says --coordinator-listen came from the command line
-	// or the environment, so dev must not fall back from it.
-	coordListenSet bool
-	dataDir        string
-	leaseTTL       time.Duration
-	fixtures       bool
-	upstream       upstreamFlags
-	console        string
+	// coordListenSet and consoleSet say the flag came from the command
+	// line or the environment, so dev must not fall back from it.
+	coordListenSet, consoleSet bool
+	dataDir                    string
+	leaseTTL                   time.Duration
+	fixtures                   bool
+	upstream                   upstreamFlags
+	console                    string
 }
 
 func runDev(ctx context.Context, s cmdline.Streams, args []string) error {
-	o := &devFlags{}
-	f := cmdline.NewFlags(s, "dev", aboutDev)
-	o.register(f, false)
-	f.StringVar(&o.coordListen, "coordinator-listen", "127.0.0.1:7801", "`HOST:PORT` for the coordinator's gRPC (the default is where mcpcancel call and audit look)")
-	f.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
-	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
-	f.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
-	f.StringVar(&o.console, "console-listen", clientcmd.DefaultConsoleListen, "loopback `HOST:PORT` for the web console (the default falls back to a free port when taken)")
-	o.upstream.register(f, false)
-	if err := f.Parse(args); err != nil {
+	o, err := parseDevFlags(s, args)
+	if err != nil {
 		return err
 	}
-	f.Visit(func(fl *flag.Flag) { o.coordListenSet = o.coordListenSet || fl.Name == "coordinator-listen" })
-	if err := o.upstream.check(); err != nil {
-		return cmdline.Usage(err)
+	lis := o.listeners()
+	if err := cmdline.ListenAll(lis.all()...); err != nil {
+		return err
 	}
-	if err := o.check(); err != nil {
+	defer lis.close() // those not served
+	if err := lis.check(s.Stderr, o); err != nil {
 		return err
 	}
 	dir := o.dataDir
@@ -76,12 +80,102 @@ func runDev(ctx context.Context, s cmdline.Streams, args []string) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
+		shutdownOf(ctx).onExit(func() { removeAll(tmp) })
 		dir = tmp
 	}
-	return runDevIn(ctx, s, o, dir)
+	err = runDevIn(ctx, s, o, dir, lis)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil // a signal while starting: stopped as asked
+	}
+	return err
 }
 
-func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string) error {
+func parseDevFlags(s cmdline.Streams, args []string) (*devFlags, error) {
+	o := &devFlags{}
+	f := cmdline.NewFlags(s, "dev", aboutDev)
+	o.register(f, false)
+	setDefault(f, "shutdown-grace", devGrace.String())
+	f.StringVar(&o.coordListen, "coordinator-listen", "127.0.0.1:7801", "`HOST:PORT` for the coordinator's gRPC (the default is where mcpcancel call and audit look)")
+	f.StringVar(&o.dataDir, "data-dir", "", "`directory` for etcd's data (default: a temporary directory, removed on exit)")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "worker lease TTL")
+	f.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
+	f.StringVar(&o.console, "console-listen", clientcmd.DefaultConsoleListen, "loopback `HOST:PORT` for the web console; left to the default, a free port is taken when that one is in use; given, it must be free")
+	o.upstream.register(f, false)
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	f.Visit(func(fl *flag.Flag) {
+		o.coordListenSet = o.coordListenSet || fl.Name == "coordinator-listen"
+		o.consoleSet = o.consoleSet || fl.Name == "console-listen"
+	})
+	if err := o.upstream.check(); err != nil {
+		return nil, cmdline.Usage(err)
+	}
+	return o, o.check()
+}
+
+// setDefault gives the flag name another default than the one it was
+// defined with.
+func setDefault(f *cmdline.Flags, name, value string) {
+	fl := f.Lookup(name)
+	if err := fl.Value.Set(value); err != nil {
+		panic(err)
+	}
+	fl.DefValue = value
+}
+
+// removeAll removes dir while etcd may still write in it (a second
+// signal): a file created meanwhile fails one pass, not the next.
+func removeAll(dir string) {
+	for range 3 {
+		if os.RemoveAll(dir) == nil {
+			return
+		}
+	}
+}
+
+// devListeners are dev's addresses, bound before anything starts.
+type devListeners struct {
+	gateway                gatewayListeners
+	coord, console, worker *cmdline.Addr
+}
+
+// listeners are dev's addresses. With --stdio, the coordinator left to
+// its default takes a free port when another dev holds it (MCP hosts
+// start one dev --stdio per client); the console left to its default
+// always does, as nothing else looks for it there. An address given is
+// kept: taken, it is an error.
+func (o *devFlags) listeners() devListeners {
+	return devListeners{
+		gateway: o.gatewayFlags.listeners(),
+		coord:   &cmdline.Addr{Flag: "coordinator-listen", Addr: o.coordListen, Fallback: o.stdio && !o.coordListenSet},
+		console: &cmdline.Addr{Flag: "console-listen", Addr: o.console, Fallback: !o.consoleSet},
+		worker:  &cmdline.Addr{Flag: "", Addr: "127.0.0.1:0"},
+	}
+}
+
+func (l devListeners) all() []*cmdline.Addr {
+	return []*cmdline.Addr{l.gateway.http, l.coord, l.console, l.gateway.admin, l.worker}
+}
+
+func (l devListeners) close() { closeListeners(l.all()...) }
+
+// check refuses a console beyond loopback, and notes the addresses that
+// fell back to a free port.
+func (l devListeners) check(stderr io.Writer, o *devFlags) error {
+	if a, ok := l.console.Lis.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		return cmdline.Usage(fmt.Errorf("--console-listen %s: dev serves its console on loopback only; run 'mcpcancel console' with certificates to expose it", o.console))
+	}
+	if l.coord.FellBack {
+		fmt.Fprintf(stderr, "note: %s is taken (another mcpcancel dev?), so the coordinator listens on a free port\n", o.coordListen)
+	}
+	if l.console.FellBack {
+		fmt.Fprintf(stderr, "note: %s is taken (another mcpcancel dev?), so the console listens on a free port\n", o.console)
+	}
+	return nil
+}
+
+func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string, lis devListeners) error {
 	log := cmdline.NewLogger(s.Stderr, *o.logLevel)
 	m, err := embedetcd.Start(ctx, embedetcd.Options{Dir: filepath.Join(dir, "etcd")})
 	if err != nil {
@@ -95,10 +189,7 @@ func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string) e
 	}
 	defer etcd.Close()
 
-	coordLis, err := o.listenCoordinator(s.Stderr)
-	if err != nil {
-		return err
-	}
+	coordLis := lis.coord.Lis
 	clog := log.With("part", "coordinator")
 	srv := coordinator.New(coordinator.Options{Client: etcd, LeaseTTL: o.leaseTTL, Logger: clog})
 	coordCtx, stopCoord := context.WithCancel(context.WithoutCancel(ctx))
@@ -109,7 +200,7 @@ func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string) e
 	defer func() { stopCoord(); <-coordDone }()
 	fmt.Fprintf(s.Stderr, "coordinator: %s\n", coordLis.Addr())
 
-	w, stopWorker, err := startDevWorker(ctx, coordLis.Addr().String(), o, log)
+	w, stopWorker, err := startDevWorker(ctx, s.Stderr, coordLis.Addr().String(), o, lis.worker.Lis, log)
 	if err != nil {
 		return err
 	}
@@ -121,7 +212,7 @@ func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string) e
 		return err
 	}
 	defer conn.Close()
-	stopConsole, err := clientcmd.StartDevConsole(ctx, s.Stderr, conn, o.console, log.With("part", "console"))
+	stopConsole, err := clientcmd.StartDevConsole(ctx, s.Stderr, conn, lis.console.Lis, log.With("part", "console"))
 	if err != nil {
 		return err
 	}
@@ -132,36 +223,15 @@ func runDevIn(ctx context.Context, s cmdline.Streams, o *devFlags, dir string) e
 		return err
 	}
 	g := gateway.New(gopts)
-	return cmdline.FlagForPort(serveGateway(ctx, s, g, &o.gatewayFlags), "http", o.http)
-}
-
-// listenCoordinator listens on --coordinator-listen. With --stdio and the
-// default address unusable (another dev holds it), it takes a free port
-// instead: MCP hosts start one dev --stdio per client, and the address is
-// printed on the "coordinator:" line.
-func (o *devFlags) listenCoordinator(stderr io.Writer) (net.Listener, error) {
-	lis, err := cmdline.ListenFlag("coordinator-listen", o.coordListen)
-	if err == nil || !o.stdio || o.coordListenSet {
-		return lis, err
-	}
-	lis, ferr := net.Listen("tcp", "127.0.0.1:0")
-	if ferr != nil {
-		return nil, errors.Join(err, ferr)
-	}
-	fmt.Fprintf(stderr, "note: %s is taken (another mcpcancel dev?), so the coordinator listens on a free port\n", o.coordListen)
-	return lis, nil
+	shutdownOf(ctx).waitsFor(func() string { return callsInFlight(g.Registry(), gatewayInFlight, o.grace) })
+	return serveGateway(ctx, s, g, &o.gatewayFlags, lis.gateway)
 }
 
 // startDevWorker starts the demo worker and waits until it has attached.
-func startDevWorker(ctx context.Context, coord string, o *devFlags, log *slog.Logger) (string, func(), error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
+func startDevWorker(ctx context.Context, stderr io.Writer, coord string, o *devFlags, lis net.Listener, log *slog.Logger) (string, func(), error) {
 	w := worker.New(worker.Options{Coordinator: coord, Name: "dev-worker", DrainTimeout: o.grace})
-	stopUpstream, err := devTools(ctx, w, o, log)
+	stopUpstream, err := devTools(ctx, stderr, w, o, log)
 	if err != nil {
-		lis.Close()
 		return "", nil, err
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -184,7 +254,7 @@ func startDevWorker(ctx context.Context, coord string, o *devFlags, log *slog.Lo
 // devTools gives the dev worker its tools: the demo ones, or an upstream
 // server's. It returns what stops the upstream server, once the worker
 // has drained.
-func devTools(ctx context.Context, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
+func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
 	if !o.upstream.set() {
 		demo.Register(w)
 		if o.fixtures {
@@ -197,11 +267,34 @@ func devTools(ctx context.Context, w *worker.Worker, o *devFlags, log *slog.Logg
 		return nil, err
 	}
 	stop := startAdapter(ctx, a)
-	select {
-	case <-a.Ready():
-		return stop, nil
-	case <-ctx.Done():
+	if err := o.upstream.waitStarted(ctx, stderr, a); err != nil {
 		stop()
-		return nil, ctx.Err()
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the upstream MCP server did not start: %w", err)
 	}
+	return stop, nil
+}
+
+// startNoteAfter is how long dev waits for an upstream server in silence
+// before saying what it waits for.
+const startNoteAfter = 2 * time.Second
+
+// waitStarted waits for a's server to start (upstream.Adapter.Started),
+// saying on stderr what it waits for once that takes a while (npx may be
+// downloading the server).
+func (u *upstreamFlags) waitStarted(ctx context.Context, stderr io.Writer, a *upstream.Adapter) error {
+	quiet, cancel := context.WithTimeout(ctx, startNoteAfter)
+	err := a.Started(quiet)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return err
+	}
+	what := u.http
+	if u.stdio != "" {
+		what = u.stdio
+	}
+	fmt.Fprintf(stderr, "waiting for the upstream MCP server (%s) to answer initialize, up to %v (--upstream-connect-timeout)\n", what, u.connectWait)
+	return a.Started(ctx)
 }

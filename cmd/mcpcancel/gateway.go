@@ -142,6 +142,11 @@ func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
 	if err := o.check(); err != nil {
 		return err
 	}
+	lis := o.listeners()
+	if err := cmdline.ListenAll(lis.http, lis.admin); err != nil {
+		return err
+	}
+	defer lis.close() // those serveGateway did not take
 	log := cmdline.NewLogger(s.Stderr, *o.logLevel)
 	sec, err := cmdline.LoadTLS(o.tls, log)
 	if err != nil {
@@ -158,27 +163,41 @@ func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
 		return err
 	}
 	g := gateway.New(gopts)
-	return serveGateway(ctx, s, g, o)
+	shutdownOf(ctx).waitsFor(func() string { return callsInFlight(g.Registry(), gatewayInFlight, o.grace) })
+	return serveGateway(ctx, s, g, o, lis)
 }
 
-// serveGateway runs g on stdio or HTTP until ctx is done or stdin ends.
-func serveGateway(ctx context.Context, s cmdline.Streams, g *gateway.Gateway, o *gatewayFlags) error {
+// gatewayListeners are the gateway's addresses: --http (none with
+// --stdio) and --admin.
+type gatewayListeners struct{ http, admin *cmdline.Addr }
+
+func (o *gatewayFlags) listeners() gatewayListeners {
+	l := gatewayListeners{http: &cmdline.Addr{Flag: "http", Addr: o.http}, admin: &cmdline.Addr{Flag: "admin", Addr: o.admin}}
+	if o.stdio {
+		l.http.Addr = ""
+	}
+	return l
+}
+
+// close closes the listeners, for a return before serving them.
+func (l gatewayListeners) close() { closeListeners(l.http, l.admin) }
+
+// serveGateway runs g on stdio or on lis.http until ctx is done or stdin
+// ends.
+func serveGateway(ctx context.Context, s cmdline.Streams, g *gateway.Gateway, o *gatewayFlags, lis gatewayListeners) error {
 	defer o.oauth.close()
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	var eg errgroup.Group
 	eg.Go(func() error { return g.Run(runCtx) })
-	eg.Go(func() error { return serveAdmin(runCtx, s.Stderr, o.admin, g.Registry()) })
+	eg.Go(func() error { return serveAdmin(runCtx, s.Stderr, lis.admin.Lis, g.Registry()) })
 	var err error
 	if o.stdio {
 		err = g.ServeStdio(ctx, os.Stdin, s.Stdout)
 		g.Close()
 	} else {
-		var lis net.Listener
-		if lis, err = net.Listen("tcp", o.http); err == nil {
-			fmt.Fprintf(s.Stderr, "mcp: http://%s/mcp\n", lis.Addr())
-			err = g.ServeHTTP(ctx, lis, o.grace)
-		}
+		fmt.Fprintf(s.Stderr, "mcp: http://%s/mcp\n", lis.http.Lis.Addr())
+		err = g.ServeHTTP(ctx, lis.http.Lis, o.grace)
 	}
 	stopRun()
 	return errors.Join(err, eg.Wait())

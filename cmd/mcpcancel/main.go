@@ -1,7 +1,7 @@
 // Command mcpcancel is the composition root of mcpcancel: one binary
 // whose subcommands wire the components together and run them
 // (`mcpcancel dev`, `gateway`, `coordinator`, `worker`) or run a client
-// of them (`call`, `audit`, `cancel`, `tools`, `console`, from
+// of them (`call`, `calls`, `audit`, `cancel`, `tools`, `console`, from
 // internal/clientcmd). Run `mcpcancel help` for the commands and
 // `mcpcancel help COMMAND` for a command's flags; every flag may also be
 // set as a MCPCANCEL_* environment variable.

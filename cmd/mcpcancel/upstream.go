@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
+	"time"
 
 	"golang.org/x/oauth2/clientcredentials"
 
@@ -22,6 +24,7 @@ type upstreamFlags struct {
 	maxConcurrency      int
 	sessions            string
 	maxSessions         int
+	connectWait         time.Duration
 	// The adapter's own credentials for --upstream-http; never a client's.
 	headerFile, tokenURL, clientID, clientSecretFile, scopes string
 }
@@ -35,6 +38,7 @@ func (u *upstreamFlags) register(f *cmdline.Flags, limits bool) {
 	f.StringVar(&u.http, "upstream-http", "", "front the MCP server at this Streamable HTTP `URL`")
 	f.StringVar(&u.config, "upstream-config", "", "JSON `file` of per-tool options: timeout, idempotent, allow/deny lists")
 	f.StringVar(&u.sessions, "upstream-sessions", string(upstream.PerClient), "`per-client`: each client session gets an upstream session of its own (a process each over stdio), as if it talked to the server directly; shared: one connection for all clients")
+	f.DurationVar(&u.connectWait, "upstream-connect-timeout", 30*time.Second, "how long the upstream server may take to start (or be reached) and answer initialize, and a call waits for it to come back")
 	f.IntVar(&u.maxSessions, "upstream-max-sessions", 0, "most per-client upstream sessions at once (default 32 processes over stdio, 1024 sessions over HTTP); when full, the least recently used idle one is closed")
 	if limits {
 		f.IntVar(&u.maxConcurrency, "max-concurrency", 0, "most calls forwarded to the upstream server at once; 0 means no limit")
@@ -54,6 +58,8 @@ func (u *upstreamFlags) check() error {
 		return errors.New("pass one of --upstream-stdio and --upstream-http, not both")
 	case u.maxSessions < 0:
 		return fmt.Errorf("--upstream-max-sessions must not be negative, not %d", u.maxSessions)
+	case u.connectWait <= 0:
+		return fmt.Errorf("--upstream-connect-timeout must be positive, not %v", u.connectWait)
 	case u.maxConcurrency < 0:
 		return fmt.Errorf("--max-concurrency must not be negative, not %d", u.maxConcurrency)
 	case !u.set() && (u.config != "" || u.maxConcurrency != 0):
@@ -66,7 +72,13 @@ func (u *upstreamFlags) check() error {
 		return errors.New("--upstream-token-url needs --upstream-client-id and --upstream-client-secret-file")
 	}
 	if u.stdio != "" {
-		if _, err := upstream.SplitCommand(u.stdio); err != nil {
+		cmd, err := upstream.SplitCommand(u.stdio)
+		if err != nil {
+			return fmt.Errorf("--upstream-stdio: %w", err)
+		}
+		// A program that is not there will not appear: say so before
+		// anything starts, rather than retry it for ever.
+		if _, err := exec.LookPath(cmd[0]); err != nil {
 			return fmt.Errorf("--upstream-stdio: %w", err)
 		}
 	}
@@ -82,7 +94,10 @@ func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.A
 	if err != nil {
 		return nil, err
 	}
-	opts := upstream.Options{URL: u.http, MaxConcurrency: u.maxConcurrency, Sessions: mode, MaxSessions: u.maxSessions, Logger: log.With("part", "upstream")}
+	opts := upstream.Options{
+		URL: u.http, MaxConcurrency: u.maxConcurrency, Sessions: mode, MaxSessions: u.maxSessions,
+		ConnectWait: u.connectWait, Logger: log.With("part", "upstream"),
+	}
 	if u.stdio != "" {
 		cmd, err := upstream.SplitCommand(u.stdio)
 		if err != nil {

@@ -150,7 +150,9 @@ func TestUpstreamCommandLines(t *testing.T) {
 		{"bad quoting", []string{"worker", "--upstream-stdio", "node 'x"}, 2, "--upstream-stdio: command has an unterminated quote"},
 		{"negative concurrency", []string{"worker", "--upstream-stdio", "x", "--max-concurrency", "-1"}, 2, "--max-concurrency must not be negative"},
 		{"config without upstream", []string{"worker", "--demo", "--upstream-config", cfg}, 2, "need --upstream-stdio or --upstream-http"},
-		{"bad config", []string{"worker", "--upstream-stdio", "x", "--upstream-config", cfg, "--coordinator", "127.0.0.1:1"}, 1, `unknown field "alow"`},
+		{"bad config", []string{"worker", "--upstream-stdio", "sh", "--upstream-config", cfg, "--coordinator", "127.0.0.1:1"}, 1, `unknown field "alow"`},
+		{"no such command", []string{"worker", "--upstream-stdio", "mcpcancel-no-such-server"}, 2, `--upstream-stdio: exec: "mcpcancel-no-such-server": executable file not found`},
+		{"bad connect timeout", []string{"worker", "--upstream-stdio", "sh", "--upstream-connect-timeout", "0s"}, 2, "--upstream-connect-timeout must be positive"},
 		{"dev two upstreams", []string{"dev", "--upstream-stdio", "x", "--upstream-http", "http://127.0.0.1:1/mcp"}, 2, "not both"},
 		{"help", []string{"help", "worker"}, 0, ""},
 	} {

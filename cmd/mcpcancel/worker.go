@@ -24,7 +24,8 @@ const aboutWorker = `Runs a worker: it attaches to a coordinator, offers its too
 runs the calls gateways send it. --demo serves the demo tools sleep, echo
 and spin; --upstream-stdio or --upstream-http fronts an existing MCP server
 instead, offering its tools (it restarts a --upstream-stdio server that
-dies). On SIGINT or SIGTERM it stops taking calls, waits up to
+dies, and one that fails to start, logging why with the last of its
+stderr; a program not found is refused at once). On SIGINT or SIGTERM it stops taking calls, waits up to
 --drain-timeout for running ones (cancelling the rest), detaches, and then
 stops the upstream server.`
 
@@ -95,6 +96,12 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	if err != nil {
 		return err
 	}
+	execLis, adminLis := &cmdline.Addr{Flag: "listen", Addr: o.listen}, &cmdline.Addr{Flag: "admin", Addr: o.admin}
+	if err := cmdline.ListenAll(execLis, adminLis); err != nil {
+		return err
+	}
+	defer closeListeners(execLis, adminLis) // on an early return
+	lis := execLis.Lis
 	log := cmdline.NewLogger(s.Stderr, *o.logLevel)
 	sec, err := cmdline.LoadTLS(o.tls, log)
 	if err != nil {
@@ -112,14 +119,9 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 			demo.RegisterFixtures(w)
 		}
 	}
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return err
-	}
 	if o.upstream.set() {
 		a, err := o.upstream.adapter(w, log)
 		if err != nil {
-			lis.Close()
 			return err
 		}
 		stopUpstream := startAdapter(ctx, a)
@@ -131,7 +133,8 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	defer stopAdmin()
 	ready, closeReady := grpcHealth(lis.Addr().String(), sec.DialOptions(tlsconfig.RoleWorker))
 	defer closeReady()
-	g.Go(func() error { return serveAdminReady(adminCtx, s.Stderr, o.admin, w.Registry(), ready) })
+	g.Go(func() error { return serveAdminReady(adminCtx, s.Stderr, adminLis.Lis, w.Registry(), ready) })
+	shutdownOf(ctx).waitsFor(func() string { return callsInFlight(w.Registry(), workerInFlight, o.drain) })
 	err = w.Run(ctx, lis)
 	stopAdmin()
 	return errors.Join(err, g.Wait())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -136,6 +137,8 @@ func (o *callFlags) check() error {
 		return cmdline.Usage(errors.New("--cancel-after and --timeout must not be negative"))
 	case !o.stdio() && o.mcp == "":
 		return cmdline.Usage(errors.New("--mcp or --stdio-cmd names the server"))
+	case o.protocol != "" && !slices.Contains(mcp.SupportedProtocolVersions(), o.protocol):
+		return cmdline.Usage(fmt.Errorf("--protocol-version %q: want one of %s", o.protocol, strings.Join(mcp.SupportedProtocolVersions(), ", ")))
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,7 +32,7 @@ The same certificate dials the coordinator, so its role must be operator
 for cancels to work.`
 
 // DefaultConsoleListen is where the console serves unless told otherwise;
-// dev falls back to a free port when it is taken.
+// dev, left to this default, takes a free port when it is in use.
 const DefaultConsoleListen = "127.0.0.1:7802"
 
 func RunConsole(ctx context.Context, s cmdline.Streams, args []string) error {
@@ -134,20 +133,13 @@ func serveConsole(ctx context.Context, lis net.Listener, c *console.Console, tls
 	return nil
 }
 
-// StartDevConsole serves the console of dev's coordinator, on
-// DefaultConsoleListen or, when that is taken, a free port, until ctx is
-// done or the returned func, which waits for it, stops it.
-func StartDevConsole(ctx context.Context, stderr io.Writer, conn grpc.ClientConnInterface, listen string, log *slog.Logger) (func(), error) {
-	lis, err := cmdline.ListenFlag("console-listen", listen)
-	if errors.Is(err, syscall.EADDRINUSE) && listen == DefaultConsoleListen {
-		lis, err = net.Listen("tcp", "127.0.0.1:0")
-	}
-	if err != nil {
-		return nil, err
-	}
+// StartDevConsole serves the console of dev's coordinator on lis (dev's
+// --console-listen, bound with its other addresses) until ctx is done or
+// the returned func, which waits for it, stops it. lis must be loopback.
+func StartDevConsole(ctx context.Context, stderr io.Writer, conn grpc.ClientConnInterface, lis net.Listener, log *slog.Logger) (func(), error) {
 	if !isLoopbackListener(lis) {
 		lis.Close()
-		return nil, cmdline.Usage(fmt.Errorf("--console-listen %s: dev serves its console on loopback only; run 'mcpcancel console' with certificates to expose it", listen))
+		return nil, cmdline.Usage(fmt.Errorf("--console-listen %s: dev serves its console on loopback only; run 'mcpcancel console' with certificates to expose it", lis.Addr()))
 	}
 	printConsole(stderr, lis, nil)
 	ctx, stop := context.WithCancel(ctx)

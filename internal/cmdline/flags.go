@@ -122,8 +122,26 @@ func defaultOf(fl *flag.Flag) string {
 // LogLevel adds --log-level to f.
 func (f *Flags) LogLevel() *slog.Level {
 	level := new(slog.Level)
-	f.FlagSet.TextVar(level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
+	f.FlagSet.Var((*levelFlag)(level), "log-level", "log `level`: "+levelNames)
 	return level
+}
+
+const levelNames = "debug, info, warn or error"
+
+// levelFlag is a slog.Level named by one of levelNames; a wrong name is
+// refused with the right ones.
+type levelFlag slog.Level
+
+func (l *levelFlag) String() string { return slog.Level(*l).String() }
+
+func (l *levelFlag) Set(s string) error {
+	for _, lv := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
+		if strings.EqualFold(s, lv.String()) {
+			*l = levelFlag(lv)
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s", levelNames)
 }
 
 // NewLogger logs text to w at level.

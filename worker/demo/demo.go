@@ -6,8 +6,6 @@
 package demo
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -37,16 +35,11 @@ func Register(w *worker.Worker) {
 // bind decodes c's arguments strictly into v: unknown fields are an
 // error, as the schemas forbid them.
 func bind(c *worker.Call, v any) error {
-	args := c.Arguments
-	if len(bytes.TrimSpace(args)) == 0 {
-		args = json.RawMessage(`{}`)
+	err := c.BindStrict(v)
+	if ae := (*worker.ArgumentsError)(nil); errors.As(err, &ae) {
+		return fmt.Errorf("%w: %v", errArgs, ae.Err)
 	}
-	d := json.NewDecoder(bytes.NewReader(args))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", errArgs, err)
-	}
-	return nil
+	return err
 }
 
 // inRange checks a number argument against [lo, hi].

@@ -3,10 +3,14 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -43,20 +47,29 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 		t := &mcp.StreamableClientTransport{Endpoint: a.opts.URL, HTTPClient: tapProgress(a.opts.HTTPClient, a.tokens.relay, callLogs)}
 		sess, err := client.Connect(ctx, t, nil)
 		if err != nil {
-			return nil, fmt.Errorf("connecting to %s: %w", a.opts.URL, err)
+			err = a.startErr(ctx, err, nil)
+			a.start.fail(err)
+			return nil, err
 		}
 		a.log.Info("connected to the upstream MCP server", "protocol", sess.InitializeResult().ProtocolVersion)
 		return &conn{sess: sess}, nil
 	}
-	cmd := a.command()
+	cmd, stderr := a.command()
 	t := taskTransport{inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}
 	sess, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if cmd.Process != nil && cmd.ProcessState == nil {
 			killGroup(cmd.Process.Pid)
-			cmd.Wait()
+			cmd.Wait() // and so the last of its stderr is read
 		}
-		return nil, fmt.Errorf("starting %s: %w", a.opts.Command[0], err)
+		// The connection closed because the child exited: say how it
+		// ended rather than that the SDK read EOF.
+		if status := exitedOnItsOwn(cmd); status != "" && ctx.Err() == nil && (errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF)) {
+			err = fmt.Errorf("it exited (%s) before answering initialize", status)
+		}
+		err = a.startErr(ctx, err, stderr.tail())
+		a.start.fail(err)
+		return nil, err
 	}
 	a.log.Info("started the upstream MCP server", "pid", cmd.Process.Pid, "protocol", sess.InitializeResult().ProtocolVersion)
 	return &conn{sess: sess, cmd: cmd, pid: cmd.Process.Pid}, nil
@@ -64,13 +77,104 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 
 // command is the child process: in a process group of its own, its
 // stderr logged line by line.
-func (a *Adapter) command() *exec.Cmd {
+func (a *Adapter) command() (*exec.Cmd, *lineLog) {
 	cmd := exec.Command(a.opts.Command[0], a.opts.Command[1:]...)
 	cmd.Dir = a.opts.Dir
 	cmd.Env = append(os.Environ(), a.opts.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stderr = &lineLog{log: a.log}
-	return cmd
+	stderr := &lineLog{log: a.log}
+	cmd.Stderr = stderr
+	return cmd, stderr
+}
+
+// startErr says why the server could not be started or connected to,
+// for a user: the command (or URL), what went wrong (a wait for
+// initialize past ConnectWait says so), and the last lines the command
+// wrote to stderr.
+func (a *Adapter) startErr(ctx context.Context, err error, stderr []string) error {
+	what := "starting " + a.opts.Command[0]
+	if a.opts.URL != "" {
+		what = "connecting to " + a.opts.URL
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer to initialize within %v", a.opts.ConnectWait)
+	}
+	if len(stderr) == 0 {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w; the last it wrote to stderr:\n  %s", what, err, strings.Join(stderr, "\n  "))
+}
+
+// exitedOnItsOwn is how a reaped child ended, unless it was killed
+// (by killGroup); "" if it was, or never ran.
+func exitedOnItsOwn(cmd *exec.Cmd) string {
+	ps := cmd.ProcessState
+	if ps == nil {
+		return ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		return ""
+	}
+	return ps.String()
+}
+
+// Started waits until the server's tools were first registered (nil), or
+// until an attempt to start or connect to it failed before that (that
+// attempt's error, naming the command or URL, with the last lines the
+// command wrote to stderr), or until ctx is done. Run keeps retrying
+// meanwhile: a caller that gives up on the error stops Run.
+func (a *Adapter) Started(ctx context.Context) error {
+	select {
+	case <-a.ready:
+		return nil
+	case <-a.start.failed():
+		select {
+		case <-a.ready:
+			return nil
+		default:
+			return a.start.err()
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startFailure is the first failure to start or connect to the server,
+// for Started. Its zero value is ready to use.
+type startFailure struct {
+	mu    sync.Mutex
+	first error         // guarded by mu
+	done  chan struct{} // guarded by mu; closed once first is set
+}
+
+func (f *startFailure) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.first != nil {
+		return
+	}
+	f.first = err
+	f.chanLocked()
+	close(f.done)
+}
+
+func (f *startFailure) failed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.chanLocked()
+}
+
+func (f *startFailure) chanLocked() chan struct{} {
+	if f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
+
+func (f *startFailure) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.first
 }
 
 // close ends the session: over stdio it closes the child's stdin, waits
@@ -95,12 +199,29 @@ func killGroup(pid int) {
 // maxLogLine bounds one logged line of the child's stderr.
 const maxLogLine = 4096
 
-// lineLog logs what the child writes to stderr, one record per line.
+// stderrTail is how many of the child's last stderr lines a failure to
+// start it quotes.
+const stderrTail = 8
+
+// lineLog logs what the child writes to stderr, one record per line, and
+// keeps the last stderrTail lines.
 type lineLog struct {
 	log *slog.Logger
 
-	mu  sync.Mutex
-	buf []byte
+	mu   sync.Mutex
+	buf  []byte
+	last []string // the last lines, oldest first
+}
+
+// tail is the last lines the child wrote, with any unterminated one.
+func (l *lineLog) tail() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.last)
+	if len(l.buf) > 0 {
+		out = append(out, string(l.buf))
+	}
+	return out
 }
 
 func (l *lineLog) Write(p []byte) (int, error) {
@@ -128,4 +249,8 @@ func (l *lineLog) emit(line []byte) {
 		line = line[:maxLogLine]
 	}
 	l.log.Info("upstream stderr", "line", string(line))
+	if len(l.last) == stderrTail {
+		l.last = l.last[1:]
+	}
+	l.last = append(l.last, string(line))
 }
