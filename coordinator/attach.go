@@ -121,7 +121,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	wl, err := s.keepWorkerLease(lease, hello.GetSendsHeartbeats())
+	wl, err := s.keepWorkerLease(lease)
 	if err != nil {
 		return toStatus(err) // the lease lives out its TTL
 	}
@@ -134,7 +134,7 @@ func (s *Server) Attach(stream pb.CoordinatorService_AttachServer) error {
 	s.log.Info("worker attached", "worker", info.Name, "address", info.Address, "lease", int64(lease), "adopted", adopted)
 	a.send(&pb.AttachResponse{Msg: &pb.AttachResponse_Attached{Attached: &pb.Attached{
 		LeaseId: int64(lease), Adopted: adopted, LeaseTtl: durationpb.New(s.opts.LeaseTTL), Coordinator: s.opts.Name,
-		HeartbeatInterval: durationpb.New(wl.every), EchoesHeartbeats: true, CompletesOnStream: true,
+		HeartbeatInterval: durationpb.New(wl.every), CompletesOnStream: true,
 	}}})
 	if err := s.pushPendingStops(ctx, info.Name); err != nil {
 		return toStatus(err)

@@ -83,8 +83,8 @@ var stateValues = map[string]pb.CallState{
 	stateFailed:    pb.CallState_CALL_STATE_FAILED,
 }
 
-// method is the record's MCP method; records written before methods were
-// recorded are all tools/call.
+// method is the record's MCP method; the API spells tools/call as the
+// empty method.
 func (r *callRecord) method() string {
 	if r.Method == "" {
 		return methodToolsCall

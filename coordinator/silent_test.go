@@ -71,22 +71,21 @@ func TestSilentWorkerLosesItsCall(t *testing.T) {
 	stream.CloseSend()
 }
 
-// A worker that says it sends heartbeats and then says nothing loses its
-// lease within the TTL, though its stream stays open; an older worker,
-// which sends none, keeps its lease while its stream lives.
+// A worker that says nothing after its hello loses its lease within the
+// TTL, though its stream stays open.
 func TestLeaseKeptOnlyWhileHeard(t *testing.T) {
 	const ttl = time.Second
 	cli := etcdtest.Single(t).Client()
 	lax := grpcserver.Keepalive{Time: time.Hour, Timeout: time.Hour}
 	co := testcluster.StartCoordinatorKeepalive(t, cli, coordinator.Options{Name: "a", LeaseTTL: ttl}, lax)
 	c := co.Client(t)
-	attach := func(name string, heartbeats bool) {
+	attach := func(name string) {
 		s, err := c.Attach(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Hello{Hello: &pb.WorkerHello{
-			Name: name, Address: "127.0.0.1:9", SendsHeartbeats: heartbeats,
+			Name: name, Address: "127.0.0.1:9",
 		}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +93,7 @@ func TestLeaseKeptOnlyWhileHeard(t *testing.T) {
 			t.Fatalf("attach %s: %v %v", name, m, err)
 		}
 	}
-	attach("legacy", false)
-	attach("mute", true)
+	attach("mute")
 	workerKey := func(name string) bool {
 		r, err := cli.Get(t.Context(), prefix+"workers/"+name, clientv3.WithCountOnly())
 		return err == nil && r.Count == 1
@@ -104,8 +102,5 @@ func TestLeaseKeptOnlyWhileHeard(t *testing.T) {
 	testcluster.WaitFor(t, "the mute worker's lease to expire", func() bool { return !workerKey("mute") })
 	if took := time.Since(start); took > 2*ttl {
 		t.Fatalf("the mute worker kept its lease %v; the TTL is %v", took, ttl)
-	}
-	if !workerKey("legacy") {
-		t.Fatal("the worker that sends no heartbeats lost its lease while its stream lived")
 	}
 }

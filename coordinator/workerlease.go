@@ -32,11 +32,9 @@ type workerLease struct {
 }
 
 // keepWorkerLease starts keeping id alive for a worker just heard from.
-// A worker that sends no heartbeats (an older one) has its lease kept
-// alive for as long as its stream lives, as before heartbeats existed;
-// transport keepalive then bounds a silent one. The caller must Orphan or
-// Close it. Once Run has ended it keeps nothing and returns errStopping.
-func (s *Server) keepWorkerLease(id clientv3.LeaseID, heartbeats bool) (*workerLease, error) {
+// The caller must Orphan or Close it. Once Run has ended it keeps nothing
+// and returns errStopping.
+func (s *Server) keepWorkerLease(id clientv3.LeaseID) (*workerLease, error) {
 	l := &workerLease{
 		s: s, id: id, ttl: s.opts.LeaseTTL, every: s.heartbeatInterval(),
 		heard: make(chan struct{}, 1), done: make(chan struct{}),
@@ -47,26 +45,7 @@ func (s *Server) keepWorkerLease(id clientv3.LeaseID, heartbeats bool) (*workerL
 		l.stop()
 		return nil, errStopping
 	}
-	if !heartbeats && !s.leases.Go(l.standIn) {
-		l.Orphan()
-		return nil, errStopping
-	}
 	return l, nil
-}
-
-// standIn hears a worker that sends no heartbeats every interval, until
-// the lease is no longer kept.
-func (l *workerLease) standIn() {
-	t := time.NewTicker(l.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-t.C:
-			l.Heard()
-		}
-	}
 }
 
 // heartbeatInterval is how often a worker must speak: three times a TTL.

@@ -194,17 +194,6 @@ func (c *call) setOutcome(o string) {
 // open says whether the gate still lets a response out. Callers hold c.mu.
 func (c *call) open() bool { return c.state == running || c.state == cancelling }
 
-// resultOutcome tells a tool error result from a plain one.
-func resultOutcome(raw json.RawMessage) string {
-	var r struct {
-		IsError bool `json:"isError"`
-	}
-	if json.Unmarshal(raw, &r) == nil && r.IsError {
-		return outcomeToolError
-	}
-	return outcomeCompleted
-}
-
 // settled says whether the gate has closed.
 func (c *call) settled() bool {
 	c.mu.Lock()

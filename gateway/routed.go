@@ -164,8 +164,8 @@ func withoutMeta(params json.RawMessage) json.RawMessage {
 	return rawJSON(m)
 }
 
-// beginMethod is the method Begin and Execute carry: tools/call is left
-// empty, as older coordinators and workers expect.
+// beginMethod is the method Begin and Execute carry: the API spells
+// tools/call as the empty method (BeginRequest.method).
 func (r *routed) beginMethod() string {
 	if r.method == "tools/call" {
 		return ""
@@ -223,15 +223,10 @@ func (c *call) answer(r *pb.ExecuteResult) {
 		return
 	}
 	raw := json.RawMessage(r.GetResultJson())
-	switch {
-	case c.method != "tools/call":
-		c.setOutcome(outcomeCompleted)
-	case r.ToolError != nil && r.GetToolError(): // as the worker audited it
+	if c.method == "tools/call" && r.GetToolError() { // as the worker audited it
 		c.setOutcome(outcomeToolError)
-	case r.ToolError != nil:
+	} else {
 		c.setOutcome(outcomeCompleted)
-	default: // an older worker's: read the result
-		c.setOutcome(resultOutcome(raw))
 	}
 	c.respond(c.result(raw))
 }

@@ -128,10 +128,7 @@ func (c *control) session(ctx context.Context) error {
 		c.mu.Unlock()
 	}()
 	c.signal()
-	var silentAfter time.Duration // 0: the coordinator's silence is not noticed here
-	if att.GetEchoesHeartbeats() {
-		silentAfter = silentBeats * every
-	}
+	silentAfter := silentBeats * every
 	heard := &lastHeard{}
 	heard.now()
 	done := make(chan error, 1)
@@ -208,7 +205,7 @@ func (c *control) sayHello(ctx context.Context) (pb.CoordinatorService_AttachCli
 	offer, gen := c.w.offer()
 	hello := &pb.WorkerHello{
 		Name: c.w.opts.Name, Address: c.w.opts.Advertise, Tools: offer.Tools,
-		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease, SendsHeartbeats: true,
+		Capacity: int32(c.w.opts.Capacity), LeaseId: c.lease,
 		Offers: offer.Offers, Features: offer.Features,
 	}
 	c.mu.Unlock()
@@ -255,9 +252,9 @@ func (c *control) receive(stream pb.CoordinatorService_AttachClient, heard *last
 
 // sender is the one goroutine that sends on a stream: what is queued, and
 // a heartbeat every interval, until ctx is done or the worker detached.
-// With silentAfter set, it gives up on a stream the coordinator said
-// nothing on for that long (errCoordinatorSilent): it echoes heartbeats,
-// so the link has lost what it sends, stop orders with it.
+// It gives up on a stream the coordinator said nothing on for silentAfter
+// (errCoordinatorSilent): the coordinator echoes heartbeats, so the link
+// has lost what it sends, stop orders with it.
 func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_AttachClient, every, silentAfter time.Duration, heard *lastHeard) error {
 	hb := time.NewTicker(every)
 	defer hb.Stop()
@@ -270,7 +267,7 @@ func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_Attac
 		case <-hb.C:
 			beat = true
 		}
-		if beat && silentAfter > 0 && heard.since() > silentAfter {
+		if beat && heard.since() > silentAfter {
 			return errCoordinatorSilent // what is queued waits for the next stream
 		}
 		msgs, stops, detach := c.takeOutgoing()

@@ -1255,11 +1255,6 @@ type WorkerHello struct {
 	Capacity int32 `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// A lease held from an earlier attach, to adopt instead of re-granting.
 	LeaseId int64 `protobuf:"varint,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	// The worker sends a Heartbeat every Attached.heartbeat_interval, so its
-	// lease is kept alive only while it is heard from. A worker that does
-	// not (an older one) keeps its lease for as long as its stream lives,
-	// which transport keepalive bounds.
-	SendsHeartbeats bool `protobuf:"varint,6,opt,name=sends_heartbeats,json=sendsHeartbeats,proto3" json:"sends_heartbeats,omitempty"`
 	// Resources, resource templates and prompts the worker offers.
 	Offers        []*Offer  `protobuf:"bytes,10,rep,name=offers,proto3" json:"offers,omitempty"`
 	Features      *Features `protobuf:"bytes,11,opt,name=features,proto3" json:"features,omitempty"`
@@ -1330,13 +1325,6 @@ func (x *WorkerHello) GetLeaseId() int64 {
 		return x.LeaseId
 	}
 	return 0
-}
-
-func (x *WorkerHello) GetSendsHeartbeats() bool {
-	if x != nil {
-		return x.SendsHeartbeats
-	}
-	return false
 }
 
 func (x *WorkerHello) GetOffers() []*Offer {
@@ -1986,8 +1974,6 @@ type Attached struct {
 	// How often the worker must send something (a Heartbeat when it has
 	// nothing else) for its lease to be kept alive.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,5,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	// The coordinator answers every Heartbeat with one of its own.
-	EchoesHeartbeats bool `protobuf:"varint,6,opt,name=echoes_heartbeats,json=echoesHeartbeats,proto3" json:"echoes_heartbeats,omitempty"`
 	// The coordinator takes CompleteCall on this stream.
 	CompletesOnStream bool `protobuf:"varint,7,opt,name=completes_on_stream,json=completesOnStream,proto3" json:"completes_on_stream,omitempty"`
 	unknownFields     protoimpl.UnknownFields
@@ -2057,13 +2043,6 @@ func (x *Attached) GetHeartbeatInterval() *durationpb.Duration {
 		return x.HeartbeatInterval
 	}
 	return nil
-}
-
-func (x *Attached) GetEchoesHeartbeats() bool {
-	if x != nil {
-		return x.EchoesHeartbeats
-	}
-	return false
 }
 
 func (x *Attached) GetCompletesOnStream() bool {
@@ -3828,17 +3807,16 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x128\n" +
 	"\bcomplete\x18\a \x01(\v2\x1a.mcpcancel.v1.CompleteCallH\x00R\bcomplete\x12G\n" +
 	"\fnotification\x182 \x01(\v2!.mcpcancel.v1.SessionNotificationH\x00R\fnotificationB\x05\n" +
-	"\x03msg\"\xa8\x02\n" +
+	"\x03msg\"\x95\x02\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12(\n" +
 	"\x05tools\x18\x03 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12\x1a\n" +
 	"\bcapacity\x18\x04 \x01(\x05R\bcapacity\x12\x19\n" +
-	"\blease_id\x18\x05 \x01(\x03R\aleaseId\x12)\n" +
-	"\x10sends_heartbeats\x18\x06 \x01(\bR\x0fsendsHeartbeats\x12+\n" +
+	"\blease_id\x18\x05 \x01(\x03R\aleaseId\x12+\n" +
 	"\x06offers\x18\n" +
 	" \x03(\v2\x13.mcpcancel.v1.OfferR\x06offers\x122\n" +
-	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeatures\"d\n" +
+	"\bfeatures\x18\v \x01(\v2\x16.mcpcancel.v1.FeaturesR\bfeaturesJ\x04\b\x06\x10\aR\x10sends_heartbeats\"d\n" +
 	"\x0eHandlerStopped\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x129\n" +
 	"\n" +
@@ -3879,15 +3857,14 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"(\n" +
 	"\fSessionEnded\x12\x18\n" +
-	"\asession\x18\x01 \x01(\tR\asession\"\xc0\x02\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\xac\x02\n" +
 	"\bAttached\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x03R\aleaseId\x12\x18\n" +
 	"\aadopted\x18\x02 \x01(\bR\aadopted\x126\n" +
 	"\tlease_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12H\n" +
-	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12+\n" +
-	"\x11echoes_heartbeats\x18\x06 \x01(\bR\x10echoesHeartbeats\x12.\n" +
-	"\x13completes_on_stream\x18\a \x01(\bR\x11completesOnStream\"\xa1\x01\n" +
+	"\x12heartbeat_interval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x12.\n" +
+	"\x13completes_on_stream\x18\a \x01(\bR\x11completesOnStreamJ\x04\b\x06\x10\aR\x11echoes_heartbeats\"\xa1\x01\n" +
 	"\bStopCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.CallStateR\x05state\x125\n" +
