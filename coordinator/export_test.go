@@ -14,7 +14,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 )
 
-// auditKeys are the fields of an exported audit record (DESIGN section 7).
+// auditKeys are the fields of an exported audit record (docs/design.md §7).
 var auditKeys = []string{
 	"call_id", "scope", "principal", "request_id", "method", "tool", "worker", "gateway",
 	"outcome", "initiator", "reason", "requested_at", "settled_at", "stopped_at",

@@ -81,7 +81,7 @@ func TestCompletionBeforeCancel(t *testing.T) {
 
 // Seed (c): cancellations that name nothing the caller may touch write
 // nothing. A completed call's late cancel writes its one cancel_lost record
-// the first time (DESIGN section 7) and nothing after.
+// the first time (docs/design.md §7) and nothing after.
 func TestCancelWritesNothingWhenItFindsNothing(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	k := key("session:s1", num(7))

@@ -22,7 +22,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 )
 
-// auditFields are the fields of an audit record as JSON (DESIGN section 7).
+// auditFields are the fields of an audit record as JSON (docs/design.md §7).
 var auditFields = []string{
 	"call_id", "scope", "principal", "request_id", "method", "tool", "worker", "gateway",
 	"outcome", "initiator", "reason", "requested_at", "settled_at", "stopped_at",

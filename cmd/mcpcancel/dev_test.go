@@ -146,7 +146,7 @@ func TestDevShutdownWithCallsInFlight(t *testing.T) {
 		t.Fatalf("shutdown took %v with a 300ms grace", took)
 	}
 	// Its client did not cancel and is still waiting: it is told why the
-	// call ended (DESIGN 2: anyone else's cancel is answered).
+	// call ended (docs/design.md §2: anyone else's cancel is answered).
 	o := <-done
 	if o.err != nil || !o.res.IsError || len(o.res.Content) == 0 || !strings.Contains(o.res.Content[0].(*mcp.TextContent).Text, "shut down") {
 		t.Fatalf("the client of a call cancelled by shutdown got %+v, %v; want an error result naming the shutdown", o.res, o.err)

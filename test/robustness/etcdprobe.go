@@ -17,7 +17,7 @@ type Outage struct {
 // a call's end (its deadline plus the lease TTL) is a promise for one
 // fault at a time; with quorum lost (two members down, or one restarted
 // and not caught up when the next is killed) nothing is decided until it
-// returns (DESIGN §6). The checker extends a call's bound by the outages
+// returns (docs/design.md §6). The checker extends a call's bound by the outages
 // that overlap it, measured here rather than guessed from the faults.
 type etcdProbe struct {
 	mu      sync.Mutex
