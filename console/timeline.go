@@ -28,7 +28,9 @@ const (
 	labelSpace   = 130 // marks closer than this take the next row
 )
 
-var labelRows = []int{22, 40, 104, 122}
+// labelRows are the labels' baselines: two rows above the axis, two below;
+// each label is two lines of text (what, and when).
+var labelRows = []int{16, 44, 98, 126}
 
 // newPicture lays out the timed steps, and "now" for a running call.
 func newPicture(steps []step, running bool, now time.Time) *picture {
@@ -46,7 +48,7 @@ func newPicture(steps []step, running bool, now time.Time) *picture {
 	}
 	slices.SortStableFunc(timed, func(a, b step) int { return a.When.Compare(*b.When) })
 	first, last := *timed[0].When, *timed[len(timed)-1].When
-	p := &picture{Width: pictureWidth, Height: 140, AxisY: pictureAxisY, X0: pictureInset, X1: pictureWidth - pictureInset, Span: last.Sub(first).String()}
+	p := &picture{Width: pictureWidth, Height: 146, AxisY: pictureAxisY, X0: pictureInset, X1: pictureWidth - pictureInset, Span: last.Sub(first).String()}
 	span := max(last.Sub(first), time.Nanosecond)
 	row, prevX := 0, -labelSpace
 	for _, s := range timed {

@@ -37,7 +37,8 @@ function frame(fig, top, xLabels) {
   }
   const pw = W - M.left - M.right;
   xLabels.forEach(([f, text]) => {
-    svg.append(el("text", { x: M.left + pw * f, y: H - 6, class: "tick", "text-anchor": "middle" }, text));
+    const anchor = f === 0 ? "start" : f === 1 ? "end" : "middle";
+    svg.append(el("text", { x: M.left + pw * f, y: H - 6, class: "tick", "text-anchor": anchor }, text));
   });
   return { svg, pw, ph, y: (v) => M.top + ph * (1 - v / top) };
 }
@@ -124,7 +125,7 @@ function histogram(fig, h, color) {
   counts.forEach((v, j) => {
     if (v) c.svg.append(el("rect", { x: M.left + bw * j + 1, width: bw - 2, y: c.y(v), height: c.y(0) - c.y(v), fill: color, class: "series" }));
     const label = j < h.bounds.length ? "≤" + fmtSecs(h.bounds[j]) : ">" + fmtSecs(h.bounds[h.bounds.length - 1]);
-    if (j % 2 === 0 || j === counts.length - 1) {
+    if (j % 3 === 0) {
       c.svg.append(el("text", { x: M.left + bw * (j + 0.5), y: H - 6, class: "tick", "text-anchor": "middle" }, label));
     }
   });
@@ -162,7 +163,7 @@ function drawCharts(st) {
   histogram(fig("stop_latency"), st.stop_latency, "#ea580c");
   histogram(fig("duration"), st.duration, "#2563eb");
   hbars(fig("workers"), st.workers || []);
-  line(fig("cancel_lost"), st, { cancel_lost: st.outcomes.cancel_lost || st.in_flight.map(() => 0) });
+  stacked(fig("cancel_lost"), st, { cancel_lost: st.outcomes.cancel_lost || st.in_flight.map(() => 0) });
   const note = document.getElementById("charts-note");
   if (note) note.textContent = `${st.records} audit records in the last ${Math.round((st.in_flight.length * st.step_ms) / 60000)} minutes` + (st.truncated ? " (the newest left out: too many)" : "");
 }
