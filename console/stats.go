@@ -115,7 +115,7 @@ func (c *Console) recentRecords(ctx context.Context, start time.Time) ([]*pb.Aud
 func buildStats(now, start time.Time, recs []*pb.AuditRecord, running []*pb.RunningCall, workers []*pb.WorkerInfo) *stats {
 	n := int(now.Sub(start)/statsStep) + 1
 	st := &stats{
-		Start: start.UnixMilli(), StepMs: statsStep.Milliseconds(), InFlight: make([]int, n),
+		Start: start.UnixMilli(), StepMs: statsStep.Milliseconds(),
 		Outcomes: map[string][]int{}, Initiators: map[string][]int{},
 		StopLatency: newHistogram(), Duration: newHistogram(), Records: len(recs),
 	}
@@ -146,13 +146,14 @@ func buildStats(now, start time.Time, recs []*pb.AuditRecord, running []*pb.Runn
 	for _, c := range running {
 		spans = append(spans, [2]time.Time{c.GetCall().GetRequestedAt().AsTime(), {}})
 	}
-	for i := range st.InFlight {
-		end := start.Add(time.Duration(i+1) * statsStep)
-		if end.After(now) {
-			end = now
+	ends := make([]time.Time, n)
+	for i := range ends {
+		ends[i] = start.Add(time.Duration(i+1) * statsStep)
+		if ends[i].After(now) {
+			ends[i] = now
 		}
-		st.InFlight[i] = runningAt(spans, end)
 	}
+	st.InFlight = runningAt(spans, ends)
 	for _, w := range workers {
 		st.Workers = append(st.Workers, workerLoad{w.GetName(), w.GetInFlight(), w.GetCapacity(), w.GetDraining()})
 	}
@@ -160,15 +161,41 @@ func buildStats(now, start time.Time, recs []*pb.AuditRecord, running []*pb.Runn
 	return st
 }
 
-// runningAt counts the spans that began by t and had not settled by t.
-func runningAt(spans [][2]time.Time, t time.Time) int {
-	n := 0
+// runningAt counts, at each of the ends, the spans that began by then and
+// had not settled by then: those begun less those settled, from sorted
+// times. A settlement stamped before its request (clocks apart) counts
+// at the request.
+func runningAt(spans [][2]time.Time, ends []time.Time) []int {
+	var begun, settled []time.Time
 	for _, s := range spans {
-		if !s[0].After(t) && (s[1].IsZero() || s[1].After(t)) {
-			n++
+		begun = append(begun, s[0])
+		if !s[1].IsZero() {
+			settled = append(settled, latest(s[0], s[1]))
 		}
 	}
-	return n
+	slices.SortFunc(begun, time.Time.Compare)
+	slices.SortFunc(settled, time.Time.Compare)
+	out := make([]int, len(ends))
+	for i, t := range ends {
+		out[i] = countUpTo(begun, t) - countUpTo(settled, t)
+	}
+	return out
+}
+
+// countUpTo is how many of the sorted times are not after t.
+func countUpTo(sorted []time.Time, t time.Time) int {
+	i, found := slices.BinarySearchFunc(sorted, t, time.Time.Compare)
+	for found && i < len(sorted) && sorted[i].Equal(t) {
+		i++
+	}
+	return i
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // watchStats sends the charts' data at once and every statsEvery, until

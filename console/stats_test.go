@@ -102,3 +102,19 @@ func TestPicture(t *testing.T) {
 		t.Errorf("a picture with no time on record")
 	}
 }
+
+// BenchmarkBuildStats: the charts' data from a full window
+// (maxStatsRecords records), as each live page computes it every
+// statsEvery.
+func BenchmarkBuildStats(b *testing.B) {
+	start := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	now := start.Add(statsWindow)
+	recs := make([]*pb.AuditRecord, maxStatsRecords)
+	for i := range recs {
+		at := start.Add(time.Duration(i) * statsWindow / maxStatsRecords)
+		recs[i] = record("completed", pb.Initiator_INITIATOR_UNSPECIFIED, at, at.Add(time.Second), time.Millisecond)
+	}
+	for b.Loop() {
+		buildStats(now, start, recs, nil, nil)
+	}
+}
