@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"bufio"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -127,7 +129,8 @@ func TestAuditSearchAndTimeline(t *testing.T) {
 		})
 	}
 	code, body := get(t, s.console+"/calls/"+id)
-	for _, want := range []string{"requested", "placed", "on worker w1", "decided", "completed", "handler stopped", "trace id", "not recorded"} {
+	for _, want := range []string{"requested", "placed", "on worker w1", "decided", "completed", "handler stopped", "trace id", "not recorded",
+		`id="timeline-picture"`, `data-step="requested"`, `data-step="decided"`} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("timeline of %s: %d, missing %q", id, code, want)
 		}
@@ -162,4 +165,55 @@ func TestReadOnlyViewer(t *testing.T) {
 	if code, body := get(t, certs.console+"/"); code != http.StatusForbidden || !strings.Contains(body, "client certificate") {
 		t.Errorf("no certificate: %d %q, want 403 asking for a client certificate", code, body)
 	}
+}
+
+// TestEventsSendStats: the calls page's event stream carries the charts'
+// data at once: the decisions so far, by outcome and initiator, and the
+// workers' running handlers.
+func TestEventsSendStats(t *testing.T) {
+	s := newSystem(t, nil)
+	s.echo(t, "a")
+	s.echo(t, "b")
+	testcluster.WaitFor(t, "two decisions on the calls page", func() bool {
+		_, body := get(t, s.console+"/")
+		return strings.Count(body, `data-outcome="completed"`) == 2
+	})
+	req, err := http.NewRequestWithContext(t.Context(), "GET", s.console+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if sc.Text() != "event: stats" || !sc.Scan() {
+			continue
+		}
+		var st struct {
+			Outcomes, Initiators map[string][]int
+			Workers              []struct{ Name string }
+			Duration             struct{ Counts []int }
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "data: ")), &st); err != nil {
+			t.Fatalf("stats %q: %v", sc.Text(), err)
+		}
+		if total(st.Outcomes["completed"]) != 2 || total(st.Initiators["none"]) != 2 || total(st.Duration.Counts) != 2 ||
+			len(st.Workers) != 1 || st.Workers[0].Name != "w1" {
+			t.Errorf("stats %s, want two completed calls, their durations, and worker w1", sc.Text())
+		}
+		return
+	}
+	t.Fatalf("the event stream ended without stats: %v", sc.Err())
+}
+
+func total(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }

@@ -29,9 +29,9 @@ type rowEvent struct {
 
 // events streams the live updates of the calls page: call-running and
 // call-settled from WatchCalls, calls-synced once every running call was
-// sent, and decision for each new audit record (from ?since=, Unix
+// sent, decision for each new audit record (from ?since=, Unix
 // nanoseconds, so that nothing decided after the page was rendered is
-// missed). The stream ends when the browser goes away or the coordinator
+// missed), and stats, the charts' data, at once and every statsEvery. The stream ends when the browser goes away or the coordinator
 // ends a watch; the browser's EventSource then reconnects.
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	since := c.opts.Now()
@@ -45,6 +45,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.watchCalls(gctx, canCancel, out) })
 	g.Go(func() error { return c.watchDecisions(gctx, since, out) })
+	g.Go(func() error { return c.watchStats(gctx, out) })
 	done := make(chan error, 1)
 	go func() { done <- g.Wait() }() // owned: waited for below
 	defer func() { cancel(); <-done }()

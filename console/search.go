@@ -108,6 +108,7 @@ type callData struct {
 	Running   bool
 	CanCancel bool
 	Steps     []step
+	Picture   *picture // Steps drawn to scale; nil when none has a time
 	Records   []decisionRow
 }
 
@@ -132,6 +133,7 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 	call := resp.GetCall()
 	d := callData{Call: call, Running: call.GetState() == pb.CallState_CALL_STATE_RUNNING, CanCancel: viewerOf(r).CanCancel}
 	d.Steps = timeline(call, recs)
+	d.Picture = newPicture(d.Steps, d.Running, c.opts.Now())
 	for _, rec := range recs {
 		d.Records = append(d.Records, newDecisionRow(rec))
 	}

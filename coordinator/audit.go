@@ -252,6 +252,7 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 	var cmps []clientv3.Cmp
 	var ops, auditGets []clientv3.Op
 	var live []stopReport
+	var stops []AuditRecord // observed once written
 	for i, r := range batch {
 		kvs := resp.Responses[i].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -283,12 +284,18 @@ func (b *stopBatcher) flush(ctx context.Context, batch []stopReport) error {
 		}
 		at := r.at.UTC()
 		a.StoppedAt = &at
+		stops = append(stops, *a)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[0].Key)), "=", kvs[0].ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kvs[0].Key), encode(a), clientv3.WithIgnoreLease()))
 	}
 	tresp, err := s.commits.Txn(octx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return etcdErr(octx, "record stops", err)
+	}
+	if tresp.Succeeded {
+		for _, a := range stops {
+			s.metrics.stopped(a.Outcome, a.SettledAt, *a.StoppedAt)
+		}
 	}
 	if !tresp.Succeeded && len(batch) > 1 {
 		for _, r := range batch { // something moved under us: one at a time

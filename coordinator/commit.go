@@ -52,6 +52,8 @@ type committer struct {
 	timeout    time.Duration
 	stallAfter time.Duration
 	wake       chan struct{} // one token: the queue is not empty
+	// took observes each Txn sent to etcd (metrics); nil: none.
+	took func(time.Duration)
 
 	mu      sync.Mutex
 	queue   []*commitReq
@@ -327,14 +329,19 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		r.finish(c.cli.Txn(tctx).If(r.cmps...).Then(r.then...).Else(r.els...).Commit())
+		start := time.Now()
+		resp, err := c.cli.Txn(tctx).If(r.cmps...).Then(r.then...).Else(r.els...).Commit()
+		c.observe(start)
+		r.finish(resp, err)
 		return
 	}
 	nested := make([]clientv3.Op, len(batch))
 	for i, r := range batch {
 		nested[i] = clientv3.OpTxn(r.cmps, r.then, r.els)
 	}
+	start := time.Now()
 	resp, err := c.cli.Txn(tctx).Then(nested...).Commit()
+	c.observe(start)
 	switch {
 	case err != nil && rejected(err):
 		for _, r := range batch {
@@ -348,6 +355,12 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 		for i, r := range batch {
 			r.finish(nestedResponse(resp, i))
 		}
+	}
+}
+
+func (c *committer) observe(start time.Time) {
+	if c.took != nil {
+		c.took(time.Since(start))
 	}
 }
 

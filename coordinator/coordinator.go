@@ -101,6 +101,7 @@ func New(opts Options) *Server {
 	s.stops = newStopBatcher(s)
 	s.commits = newCommitter(opts.Client, opts.OpTimeout)
 	s.metrics = newMetrics(s)
+	s.commits.took = func(d time.Duration) { s.metrics.commitDuration.Observe(d.Seconds()) }
 	return s
 }
 

@@ -28,7 +28,10 @@ func (s *Server) runJanitor(ctx context.Context) error {
 		el := concurrency.NewElection(sess, s.keys.election())
 		if err := el.Campaign(ctx, s.opts.Name); err == nil {
 			s.log.Info("janitor: leading", "replica", s.opts.Name)
+			s.metrics.janitorLeader.Set(1)
 			s.lead(ctx, sess)
+			s.metrics.janitorLeader.Set(0)
+			s.metrics.overdue.Set(0)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.OpTimeout)
 			el.Resign(rctx)
 			cancel()
@@ -50,6 +53,7 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 	for {
 		err := s.reconcile(ctx, deadlines)
 		if err != nil && ctx.Err() == nil {
+			s.metrics.janitorErrors.Inc()
 			s.log.Warn("janitor: reconcile", "err", err)
 		}
 		// Again within a lease TTL, or as the first stray falls due, so a
@@ -136,10 +140,12 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 		return errors.Join(err, eg.Wait())
 	}
 	now := s.now()
+	overdue := 0
 	for id, d := range deadlines {
 		if !now.After(d.Add(s.opts.LeaseTTL)) {
 			continue
 		}
+		overdue++
 		kv := running[id]
 		w, _, _ := s.keys.parseOwner(string(kv.Key))
 		eg.Go(func() error {
@@ -149,6 +155,7 @@ func (s *Server) reconcile(ctx context.Context, deadlines map[string]time.Time) 
 			}))
 		})
 	}
+	s.metrics.overdue.Set(float64(overdue))
 	return eg.Wait()
 }
 

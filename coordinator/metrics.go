@@ -14,6 +14,16 @@ type metrics struct {
 	// Completions sent on workers' control streams (CompleteCall), which
 	// gRPC's per-method metrics do not see.
 	streamCompletes prometheus.Counter
+	// From a decision (settled_at) to the handler's reported return
+	// (stopped_at), as the audit records them.
+	stopLatency *prometheus.HistogramVec
+	// Each Txn the group committer sends to etcd, a batch or alone.
+	commitDuration prometheus.Histogram
+	janitorLeader  prometheus.Gauge
+	janitorErrors  prometheus.Counter
+	// Running calls a lease TTL past their deadline in the janitor's
+	// latest round; only the leading replica reports them.
+	overdue prometheus.Gauge
 }
 
 func newMetrics(s *Server) *metrics {
@@ -32,6 +42,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Completions workers sent on their control streams rather than as Complete RPCs.",
 		}),
 	}
+	m.addOps()
 	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mcpcancel_coordinator_workers",
 		Help: "Live workers, as this replica sees them.",
@@ -49,6 +60,7 @@ func newMetrics(s *Server) *metrics {
 		return float64(len(s.view.owners))
 	})
 	m.reg.MustRegister(m.decisions, m.cancels, m.streamCompletes, workers, running,
+		m.stopLatency, m.commitDuration, m.janitorLeader, m.janitorErrors, m.overdue, newToolWorkers(s.view),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -52,6 +52,9 @@ function live() {
       if (old) old.remove();
       showEmpty();
     });
+    es.addEventListener("stats", (e) => {
+      if (window.mcpcancelCharts) window.mcpcancelCharts.draw(JSON.parse(e.data));
+    });
     es.addEventListener("decision", (e) => {
       const m = JSON.parse(e.data);
       if (document.getElementById("decision-" + m.id)) return;

@@ -183,6 +183,8 @@ func newTyped(apiVersion, kind string) any {
 		return &networkingv1.NetworkPolicy{}
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return &serviceMonitor{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return &prometheusRule{}
 	case "cert-manager.io/v1 Certificate":
 		return &certificate{}
 	}
