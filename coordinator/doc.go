@@ -2,15 +2,17 @@
 // decides, exactly once per call and in etcd, whether completion,
 // cancellation or failure won. Every decision is one etcd transaction
 // guarded by the call record's revision (the fence) that also writes the
-// decision's audit record. Replicas hold no state another replica needs.
+// decision's audit record; concurrent decisions share a commit (group
+// commit). Replicas hold no state another replica needs: kill any of them
+// and nothing is lost.
 //
-// Files, one per feature: begin.go (Begin and placement on the
-// view of live workers, view.go), settle.go (the settle engine: one fenced
-// transaction per decision), commit.go (group commit of concurrent
-// decisions), calls.go (the Cancel, Complete, Fail and GetCall RPCs),
-// resolve.go (finding a call by key or reference), running.go (the cache
-// of calls this replica began), attach.go and workerlease.go (workers'
-// control streams and their leases), audit.go (audit reads and the stop
-// batcher), export.go, janitor.go, sessions.go, admin.go, health.go.
-// Clients never import this package: they use api/client.
+// A composition root runs it on an etcd client:
+//
+//	srv := coordinator.New(coordinator.Options{Client: etcdClient, Name: "c1"})
+//	pb.RegisterCoordinatorServiceServer(grpcServer, srv)
+//	pb.RegisterAdminServiceServer(grpcServer, coordinator.NewAdmin(srv))
+//	err := srv.Run(ctx) // serves until ctx ends: janitor, watches, leases
+//
+// Gateways, workers and tools never import this package: they use the
+// generated API and api/client.
 package coordinator

@@ -9,7 +9,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
-// Requests toward a client session outside any call (DESIGN.md §10): a
+// Requests toward a client session outside any call (docs/design.md §10): a
 // fronted server's roots/list after initialize, say. A worker's request
 // arrives as a session notification carrying a request id
 // (Worker.AskSession); the replica holding the session's notification

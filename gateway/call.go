@@ -37,19 +37,13 @@ type call struct {
 	scopes   []string        // the scopes the caller's token granted, for the handler
 	span     trace.Span      // the request's span, nil when not traced (trace.go)
 
+	gate gate // what may go out to the client (gate.go)
+
 	mu       sync.Mutex
-	state    int
-	outcome  string // for metrics, once the gate closed
-	begun    *pb.BeginResponse
-	timeout  time.Duration // as granted by the coordinator, for the timeout's message
-	pending  *cancelOrder  // a cancel asked for before Begin returned
+	begun    *pb.BeginResponse // nil until placed, and while placed again
+	timeout  time.Duration     // as granted by the coordinator, for the timeout's message
 	stopExec context.CancelFunc
-	relayed  bool // a progress or log notification of the call reached the client
 	retried  bool // the call was placed once more after its worker was lost
-	// ownCancel: the client asked to cancel (its notification, or closing
-	// the request's stream). It is never answered a cancellation then,
-	// whoever's got recorded, even if its own Cancel could not be sent.
-	ownCancel bool
 
 	toward toward // requests toward the client (outbound.go)
 }
@@ -91,9 +85,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 	// The response is on the wire before the call counts as done, so a
 	// shutdown that waits for calls closes no stream ahead of an answer.
 	reply.flush()
-	c.mu.Lock()
-	outcome := c.outcome
-	c.mu.Unlock()
+	outcome := c.gate.ended()
 	if outcome != "" {
 		s.g.metrics.call(p.metricName(), outcome)
 	}
@@ -113,9 +105,8 @@ func (c *call) run(p *routed) {
 	c.mu.Lock()
 	c.begun = begun
 	c.timeout = timeout
-	pending := c.pending
 	c.mu.Unlock()
-	if pending != nil && c.sendCancel(pending) {
+	if pending := c.gate.begin(); pending != nil && c.sendCancel(pending) {
 		return
 	}
 	timer := time.AfterFunc(time.Until(begun.GetDeadline().AsTime()), func() {
@@ -162,15 +153,15 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	g := c.s.g
 	deadline := lost.GetDeadline().AsTime()
 	c.mu.Lock()
-	ok := lost.GetIdempotent() && !c.retried && !c.relayed && c.state == running && c.pending == nil && time.Now().Before(deadline)
-	if ok {
-		// Until the retry exists, a cancel waits in pending.
-		c.retried, c.begun, c.stopExec, c.outcome = true, nil, nil, ""
-	}
+	retried := c.retried
 	c.mu.Unlock()
-	if !ok {
+	// Until the retry exists, a cancel waits in the gate.
+	if !lost.GetIdempotent() || retried || !time.Now().Before(deadline) || !c.gate.replace() {
 		return nil
 	}
+	c.mu.Lock()
+	c.retried, c.begun, c.stopExec = true, nil, nil
+	c.mu.Unlock()
 	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
 	beginID := randid.New(16)
@@ -194,9 +185,8 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	g.metrics.retry(p.metricName())
 	c.mu.Lock()
 	c.begun = begun
-	pending := c.pending
 	c.mu.Unlock()
-	if pending != nil {
+	if pending := c.gate.begin(); pending != nil {
 		c.sendCancel(pending)
 	}
 	return begun
@@ -229,7 +219,7 @@ func (c *call) beginFailed(err error, p *routed, beginID string) {
 			c.cancelledBy(who, reason)
 			return
 		}
-		if c.clientGaveUp() {
+		if c.gate.clientAsked() || c.s.hasLeft() {
 			// The client cancelled, or left, while Begin was in flight:
 			// it expects nothing. A call the Begin created after all is
 			// settled by the client's end (its scope's cancel) or, past

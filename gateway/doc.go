@@ -1,18 +1,23 @@
 // Package gateway is the MCP side of mcpcancel: it speaks MCP to clients
 // over stdio and Streamable HTTP (the 2025 revisions, with sessions, and
-// the stateless 2026-07-28 revision), runs their tool calls on workers, and
-// turns every MCP cancellation into a coordinator decision. It owns its
-// JSON-RPC dispatch so that nothing answers a request whose cancellation
-// won: every request passes through a gate that lets exactly one of its
-// response or its cancellation out, and progress only before either.
+// the stateless 2026-07-28 revision), runs their calls on workers, and
+// turns every MCP cancellation into a coordinator decision.
 //
-// Files, one per feature: gate.go (the gate, which carries the
-// invariants), call.go (Begin, retry and the relay of a call's Execute
-// stream), quiet.go (the quiet-stream probe), http.go, httpsession.go,
-// sse.go and server.go (Streamable HTTP routing, sessions, SSE, the mux),
-// modern.go and modernheaders.go (2026-07-28 and its header checks),
-// stdio.go, session.go and outbox.go (a client stream's writer), and
-// auth*.go, oauth.go and jwt.go. It talks to the coordinator only through
-// the generated API and api/client: neither the coordinator package nor
-// etcd is among its dependencies.
+// The rule it keeps: every request the gateway routes passes through a
+// gate that lets exactly one of its response or its cancellation out, and
+// progress only before either. Once a client's own cancellation wins,
+// nothing of that request goes out; a request cancelled by anyone else is
+// answered with an error. No line of a connection waits for another, and
+// no network write happens under a lock.
+//
+//	g := gateway.New(gateway.Options{Coordinator: coordinatorClient})
+//	defer g.Close()
+//	go g.Run(ctx)                     // follows the tool list until ctx ends
+//	err := g.ServeHTTP(ctx, lis, grace) // Streamable HTTP on lis
+//	// or one client over stdio:
+//	err = g.ServeStdio(ctx, os.Stdin, os.Stdout)
+//
+// It talks to the coordinator only through the generated API and
+// api/client: neither the coordinator package nor etcd is among its
+// dependencies.
 package gateway

@@ -2,14 +2,13 @@ package gateway
 
 import (
 	"encoding/json"
-	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"pgregory.net/rapid"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
-	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
 // recSink records what the gate lets out, in order.
@@ -47,65 +46,89 @@ func (r *recSink) snapshot() []sent {
 	return append([]sent(nil), r.msgs...)
 }
 
-// gateCall is a call whose gate can be driven without a coordinator:
-// Begin has not returned, so a cancel is only asked for, and the outcome
-// of every race is fed in by the test.
-func gateCall() (*call, *recSink) {
-	g := &Gateway{log: slog.New(slog.DiscardHandler)}
-	out := &recSink{}
-	s := newSession(g, "conn:gate", anonymous)
-	return &call{s: s, id: jsonrpc.Int(1), reply: out, token: json.RawMessage(`"tok"`)}, out
-}
-
-// gateOp is one thing that can happen to a call: its worker answers,
-// progress or a log arrives, the gateway asks to cancel, that ask fails,
-// or a decision comes back naming who won.
+// gateOp is one thing that can happen to a call's gate: its worker
+// answers, progress or a log arrives, the gateway asks to cancel, the
+// call begins, that ask fails, a decision comes back naming who won, the
+// client leaves, or the call is placed again after its worker was lost.
 type gateOp struct {
 	name string
 	who  pb.Initiator
 }
 
-var gateOps = []gateOp{
-	{name: "result"}, {name: "progress"}, {name: "log"}, {name: "ask cancel"}, {name: "cancel undecided"},
-	{name: "decided", who: pb.Initiator_INITIATOR_CLIENT},
-	{name: "decided", who: pb.Initiator_INITIATOR_UNSPECIFIED},
-	{name: "decided", who: pb.Initiator_INITIATOR_TIMEOUT},
-	{name: "decided", who: pb.Initiator_INITIATOR_OPERATOR},
-	{name: "decided", who: pb.Initiator_INITIATOR_SHUTDOWN},
-	{name: "decided", who: pb.Initiator_INITIATOR_DISCONNECT},
-	{name: "decided", who: pb.Initiator_INITIATOR_WORKER_LOST},
-	{name: "client left"},
+var (
+	gateOpNames = []string{"result", "progress", "log", "ask cancel", "begin", "cancel undecided", "replace", "decided", "client left"}
+	deciders    = []pb.Initiator{
+		pb.Initiator_INITIATOR_CLIENT, pb.Initiator_INITIATOR_UNSPECIFIED, pb.Initiator_INITIATOR_TIMEOUT,
+		pb.Initiator_INITIATOR_OPERATOR, pb.Initiator_INITIATOR_SHUTDOWN, pb.Initiator_INITIATOR_DISCONNECT,
+		pb.Initiator_INITIATOR_WORKER_LOST,
+	}
+	// gateOpGen draws an operation, each kind as likely as another (so a
+	// decision, which closes the gate, does not crowd out the rest).
+	gateOpGen = rapid.Custom(func(t *rapid.T) gateOp {
+		op := gateOp{name: rapid.SampledFrom(gateOpNames).Draw(t, "name")}
+		if op.name == "decided" {
+			op.who = rapid.SampledFrom(deciders).Draw(t, "who")
+		}
+		return op
+	})
+)
+
+var (
+	resultMsg = []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`)
+	errorMsg  = []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}`)
+	notifyMsg = []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`)
+)
+
+// gateDriver drives a gate alone, as a call does, and says what each
+// operation returned.
+type gateDriver struct {
+	g    gate
+	out  *recSink
+	left atomic.Bool
 }
 
-func (op gateOp) apply(c *call) {
+// apply runs op on the gate. It returns the cancel order askCancel or
+// begin handed back for sending (nil for none) and whether replace
+// readied the call to be placed again.
+func (d *gateDriver) apply(op gateOp) (order *cancelOrder, replaced bool) {
 	switch op.name {
 	case "result":
-		c.respond(c.result(json.RawMessage(`{"content":[]}`)))
+		d.g.respond(d.out, resultMsg)
 	case "progress":
-		c.progress(&pb.Progress{Progress: 1})
+		d.g.relay(func() bool { return d.out.sendLatest("progress/tok", notifyMsg) })
 	case "log":
-		c.log(&pb.LogMessage{Level: "error", DataJson: []byte(`"x"`)})
+		d.g.relay(func() bool { return d.out.send(notifyMsg) })
 	case "ask cancel":
-		c.requestCancel(pb.Initiator_INITIATOR_CLIENT, "changed my mind")
+		order, _ = d.g.askCancel(pb.Initiator_INITIATOR_CLIENT, "changed my mind")
+	case "begin":
+		order = d.g.begin()
 	case "cancel undecided":
-		c.cancelUndecided()
+		d.g.undecided()
+	case "replace":
+		replaced = d.g.replace()
 	case "decided":
-		c.cancelledBy(op.who, "why")
+		if d.g.cancelled(op.who, d.left.Load()) {
+			d.g.respond(d.out, errorMsg)
+		}
 	case "client left":
-		c.s.setLeft(true)
+		d.left.Store(true)
 	}
+	return order, replaced
 }
 
 // gateModel is what the gate must do, written out as plainly as possible.
 type gateModel struct {
-	state  int // running, cancelling, answered, cancelled
-	asked  bool
-	own    bool // the client asked to cancel, ever
-	left   bool
-	expect []sent
+	state   gateState
+	asked   bool // a cancel is pending
+	begun   bool
+	own     bool // the client asked to cancel, ever
+	left    bool
+	relayed bool
+	expect  []sent
 }
 
-func (m *gateModel) apply(op gateOp) {
+// apply is op in the model; it returns what the gate must return.
+func (m *gateModel) apply(op gateOp) (order bool, replaced bool) {
 	open := m.state == running || m.state == cancelling
 	switch op.name {
 	case "result":
@@ -115,17 +138,26 @@ func (m *gateModel) apply(op gateOp) {
 		}
 	case "progress", "log":
 		if m.state == running {
+			m.relayed = true
 			m.expect = append(m.expect, sent{})
 		}
 	case "ask cancel":
 		m.own = true
 		if m.state == running && !m.asked {
 			m.state, m.asked = cancelling, true
+			order = m.begun
 		}
+	case "begin":
+		m.begun = true
+		order = m.asked
 	case "cancel undecided":
 		m.asked = false
 		if m.state == cancelling {
 			m.state = running
+		}
+	case "replace":
+		if !m.relayed && m.state == running && !m.asked {
+			m.begun, replaced = false, true
 		}
 	case "decided":
 		// Silent for the client's own cancellation, and for anyone's once
@@ -142,6 +174,7 @@ func (m *gateModel) apply(op gateOp) {
 	case "client left":
 		m.left = true
 	}
+	return order, replaced
 }
 
 // Every sequence of what can happen to a call: the gate is where the
@@ -151,19 +184,22 @@ func (m *gateModel) apply(op gateOp) {
 // decision that was not the client's.
 func TestGateFollowsItsModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		c, out := gateCall()
+		d := &gateDriver{out: &recSink{}}
 		var m gateModel
 		for i, n := 0, rapid.IntRange(1, 30).Draw(t, "steps"); i < n; i++ {
-			op := rapid.SampledFrom(gateOps).Draw(t, "op")
-			op.apply(c)
-			m.apply(op)
-			c.mu.Lock()
-			state := c.state
-			c.mu.Unlock()
+			op := gateOpGen.Draw(t, "op")
+			order, replaced := d.apply(op)
+			wantOrder, wantReplaced := m.apply(op)
+			if (order != nil) != wantOrder || replaced != wantReplaced {
+				t.Fatalf("after %s/%v: order %v replaced %v, model %v %v", op.name, op.who, order, replaced, wantOrder, wantReplaced)
+			}
+			d.g.mu.Lock()
+			state := d.g.state
+			d.g.mu.Unlock()
 			if state != m.state {
 				t.Fatalf("after %s/%v: gate state %d, model %d", op.name, op.who, state, m.state)
 			}
-			if got := out.snapshot(); !equalSent(got, m.expect) {
+			if got := d.out.snapshot(); !equalSent(got, m.expect) {
 				t.Fatalf("after %s/%v: the gate let out %+v, the model %+v", op.name, op.who, got, m.expect)
 			}
 		}
@@ -174,22 +210,22 @@ func TestGateFollowsItsModel(t *testing.T) {
 // at most one response goes out and nothing follows it.
 func TestGateConcurrentAtMostOneWayOut(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		c, out := gateCall()
-		ops := rapid.SliceOfN(rapid.SampledFrom(gateOps), 2, 12).Draw(t, "ops")
+		d := &gateDriver{out: &recSink{}}
+		ops := rapid.SliceOfN(gateOpGen, 2, 12).Draw(t, "ops")
 		var wg sync.WaitGroup
 		for _, op := range ops {
-			wg.Go(func() { op.apply(c) })
+			wg.Go(func() { d.apply(op) })
 		}
 		wg.Wait()
-		got := out.snapshot()
+		got := d.out.snapshot()
 		for i, s := range got {
 			if s.response && i != len(got)-1 {
 				t.Fatalf("something went out after the response: %+v", got)
 			}
 		}
-		c.mu.Lock()
-		state := c.state
-		c.mu.Unlock()
+		d.g.mu.Lock()
+		state := d.g.state
+		d.g.mu.Unlock()
 		responded := len(got) > 0 && got[len(got)-1].response
 		if responded != (state == answered) {
 			t.Fatalf("state %d but the gate let out %+v", state, got)

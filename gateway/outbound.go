@@ -12,7 +12,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
-// Requests toward the client (DESIGN.md §10). A worker's handler asks
+// Requests toward the client (docs/design.md §10). A worker's handler asks
 // the call's client something (sampling, elicitation, roots): the worker
 // sends a ClientRequest event up the call's Execute stream; the gateway
 // issues it under its own id, keeps it in the session's outbound
@@ -176,9 +176,9 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 	}
 	s.toward[o.id.Key()] = o
 	s.mu.Unlock()
-	c.mu.Lock()
-	ok := c.state == running && c.reply.send(jsonrpc.Request(o.id, r.GetMethod(), json.RawMessage(r.GetParamsJson())))
-	c.mu.Unlock()
+	ok := c.gate.relay(func() bool {
+		return c.reply.send(jsonrpc.Request(o.id, r.GetMethod(), json.RawMessage(r.GetParamsJson())))
+	})
 	if !ok {
 		s.dropOutbound(o)
 		c.refuse(wc, callID, seq, jsonrpc.CodeInternalError, "the call is ending; nothing more reaches its client")

@@ -37,7 +37,7 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 	}
 	t := created.GetTask()
 	c.setOutcome(outcomeTask)
-	if !c.respondOpen(jsonrpc.Response(c.id, modernCreateTaskResult(t))) {
+	if !c.respond(jsonrpc.Response(c.id, modernCreateTaskResult(t))) {
 		// The request ended (its client went) before it could learn of
 		// the task: nobody can reach the task, so it must not run.
 		c.s.dropTask(t.GetTaskId())
@@ -79,19 +79,6 @@ func (c *call) optedIn() bool {
 	json.Unmarshal(c.toward.caps, &caps)
 	_, ok := caps.Extensions[extTasks]
 	return ok
-}
-
-// respondOpen sends the call's one response if the call is still open;
-// it reports whether it did.
-func (c *call) respondOpen(msg []byte) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.open() {
-		return false
-	}
-	c.state = answered
-	c.reply.send(msg)
-	return true
 }
 
 // dropTask cancels a task whose client never learned of it.

@@ -1,0 +1,274 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+)
+
+// cancelParams are notifications/cancelled's params.
+type cancelParams struct {
+	RequestID json.RawMessage `json:"requestId"`
+	Reason    *string         `json:"reason"`
+}
+
+// clientCancelled handles notifications/cancelled. It is never answered.
+// A cancel for a request this gateway holds flips the call's gate at once;
+// one for a request read but not yet registered waits for it (arrive); one
+// for a request it does not hold may name a call on another replica of the
+// same session, or one that has just ended here, so it still asks the
+// coordinator, in this scope only: a cancel that lost to completion is
+// audited once as cancel_lost, on every transport. Malformed ones are
+// ignored. The coordinator's RPC runs through async, so a transport's read
+// loop need not wait for it.
+func (s *session) clientCancelled(raw json.RawMessage, async func(func())) {
+	if s.endListen(raw) {
+		return // a stdio subscriptions/listen, not a call
+	}
+	var p cancelParams
+	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
+		s.g.log.Debug("ignoring malformed cancellation", "scope", s.scope)
+		s.g.metrics.cancel(cancelInvalid)
+		return
+	}
+	id, err := jsonrpc.ParseID(p.RequestID)
+	if err != nil {
+		s.g.log.Debug("ignoring cancellation with a bad id", "scope", s.scope, "err", err)
+		s.g.metrics.cancel(cancelInvalid)
+		return
+	}
+	reason := ""
+	if p.Reason != nil {
+		reason = *p.Reason
+	}
+	s.mu.Lock()
+	c := s.inbound[id.Key()]
+	_, outbound := s.outbound[id.Key()]
+	_, arriving := s.arriving[id.Key()]
+	if c == nil && arriving {
+		s.arriving[id.Key()] = &cancelOrder{who: pb.Initiator_INITIATOR_CLIENT, reason: reason}
+	}
+	s.mu.Unlock()
+	outbound = outbound || s.isOutbound(id)
+	switch {
+	case c != nil:
+		o, lost := c.gate.askCancel(pb.Initiator_INITIATOR_CLIENT, reason)
+		if o != nil {
+			async(func() { c.sendCancel(o) })
+		}
+		if !lost {
+			return
+		} // its answer went out: the lookup below records the lost cancel
+	case arriving:
+		return // register hands it to the call
+	case outbound:
+		s.g.metrics.cancel(cancelWrongDirection) // the id of a request we sent; not the client's to cancel
+		return
+	}
+	// Take the token before the lookup, so that concurrent cancels cannot
+	// all pass the check; a lookup that finds its call gives it back.
+	if !s.takeLookup() {
+		s.g.metrics.cancel(cancelRateLimited)
+		return
+	}
+	async(func() { s.lookupCancel(id, reason) })
+}
+
+// arrive records a request read from the client whose handling starts on
+// its own goroutine, so that a cancel read after it waits for its call.
+func (s *session) arrive(id jsonrpc.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.arriving == nil {
+		s.arriving = map[string]*cancelOrder{}
+	}
+	if _, ok := s.arriving[id.Key()]; !ok {
+		s.arriving[id.Key()] = nil
+	}
+}
+
+// forgetArrival ends what arrive began, once the request was handled.
+func (s *session) forgetArrival(id jsonrpc.ID) {
+	s.mu.Lock()
+	delete(s.arriving, id.Key())
+	s.mu.Unlock()
+}
+
+// lookupCancel asks the coordinator to cancel a request of this scope that
+// this gateway does not hold.
+func (s *session) lookupCancel(id jsonrpc.ID, reason string) {
+	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
+	defer cancel()
+	resp, err := s.g.coord.Cancel(ctx, &pb.CancelRequest{
+		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: s.scope, RequestId: requestID(id)}},
+		Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: reason, Principal: s.principal,
+	})
+	if err != nil {
+		s.g.log.Warn("cancel for a call this gateway does not hold failed", "scope", s.scope, "err", err)
+		return
+	}
+	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_CANCELLED {
+		s.refundLookup() // only a cancel that won was worth its lookup
+	}
+	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
+}
+
+func cancelResultLabel(r pb.CancelResult) string {
+	switch r {
+	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
+		return cancelWon
+	case pb.CancelResult_CANCEL_RESULT_UNKNOWN:
+		return cancelUnknown
+	default:
+		return cancelLost
+	}
+}
+
+// Cancels that name no call held here are looked up at the coordinator
+// (the call may run on another replica). Each that turns out to name
+// nothing spends a token; with none left the session's lookups stop
+// until tokens refill. A flood of bogus cancels then costs the
+// coordinator little and cannot crowd out other sessions' cancels, while
+// cancels that find their calls are never limited.
+const (
+	lookupRate  = 20 // per second
+	lookupBurst = 50
+)
+
+// bucket is a token bucket; the zero value is full.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// available refills the bucket to now and reports whether a token is
+// there. Callers hold the session's lock.
+func (b *bucket) available(now time.Time) bool {
+	if b.last.IsZero() {
+		b.tokens = lookupBurst
+	} else {
+		b.tokens = min(lookupBurst, b.tokens+now.Sub(b.last).Seconds()*lookupRate)
+	}
+	b.last = now
+	return b.tokens >= 1
+}
+
+// spend takes a token.
+func (b *bucket) spend() { b.tokens-- }
+
+// refund gives a token back.
+func (b *bucket) refund() { b.tokens = min(lookupBurst, b.tokens+1) }
+
+// takeLookup takes a token for a remote lookup, if one is left.
+func (s *session) takeLookup() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lookups.available(time.Now()) {
+		return false
+	}
+	s.lookups.spend()
+	return true
+}
+
+// refundLookup gives back the token of a lookup that was worth it.
+func (s *session) refundLookup() {
+	s.mu.Lock()
+	s.lookups.refund()
+	s.mu.Unlock()
+}
+
+// requestCancel asks for the call to be cancelled. Before Begin has
+// returned it is remembered and sent once the call exists. It reports
+// false when the call's answer has already gone out and no cancel was
+// sent for it: this one lost, and only the coordinator can record that
+// (the call stays in its session until the answer is written, so such a
+// cancel can still find it here).
+func (c *call) requestCancel(who pb.Initiator, reason string) bool {
+	o, lost := c.gate.askCancel(who, reason)
+	if o != nil {
+		c.sendCancel(o)
+	}
+	return !lost
+}
+
+// sendCancel asks the coordinator; it reports whether the cancel won.
+func (c *call) sendCancel(o *cancelOrder) bool {
+	g := c.s.g
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
+	defer cancel()
+	resp, err := g.coord.Cancel(ctx, &pb.CancelRequest{
+		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}},
+		Initiator: o.who, Reason: o.reason, Principal: c.s.principal, ChildRequests: c.toward.children(),
+	})
+	if err != nil {
+		g.log.Warn("cancel failed", "scope", c.s.scope, "id", c.idText(), "err", err)
+		c.gate.undecided()
+		return false
+	}
+	if o.who == pb.Initiator_INITIATOR_CLIENT {
+		g.metrics.cancel(cancelResultLabel(resp.GetResult()))
+	}
+	switch resp.GetResult() {
+	case pb.CancelResult_CANCEL_RESULT_CANCELLED:
+		c.cancelledBy(o.who, o.reason)
+		return true
+	case pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED:
+		who, why := resp.GetWinnerInitiator(), resp.GetWinnerReason()
+		if o.who == pb.Initiator_INITIATOR_CLIENT {
+			// The client asked for the cancel and expects no answer; that
+			// another cancellation got there first (its worker saw the
+			// stream end, say) changes nothing for it.
+			who = pb.Initiator_INITIATOR_CLIENT
+		}
+		c.cancelledBy(who, why)
+		return true
+	}
+	return false // completion (or failure) won; its answer goes out
+}
+
+// cancelledBy closes the call's gate after a cancellation won, answering
+// the client with an error when the gate says it still waits (see
+// gate.cancelled), and stops the call's Execute stream.
+func (c *call) cancelledBy(who pb.Initiator, reason string) {
+	if c.gate.cancelled(who, c.s.hasLeft()) {
+		if who == pb.Initiator_INITIATOR_TIMEOUT {
+			c.mu.Lock()
+			timeout := c.timeout
+			c.mu.Unlock()
+			c.respond(c.failure("the call timed out after %v and was cancelled", timeout))
+		} else {
+			c.respond(c.failure("%s", cancelledMessage(who, reason)))
+		}
+	}
+	c.mu.Lock()
+	stop := c.stopExec
+	c.mu.Unlock()
+	if stop != nil {
+		stop() // the fast path: the worker sees its caller go at once
+	}
+}
+
+// cancelledMessage tells a client who cancelled its call, when it was not
+// the client.
+func cancelledMessage(who pb.Initiator, reason string) string {
+	var msg string
+	switch who {
+	case pb.Initiator_INITIATOR_OPERATOR:
+		msg = "an operator cancelled the call"
+	case pb.Initiator_INITIATOR_SHUTDOWN:
+		msg = "the call was cancelled because the server running it shut down"
+	case pb.Initiator_INITIATOR_DISCONNECT:
+		msg = "the call was cancelled because its connection closed"
+	case pb.Initiator_INITIATOR_WORKER_LOST:
+		return workerLost
+	default:
+		msg = "the call was cancelled"
+	}
+	if reason != "" {
+		msg += " (" + reason + ")"
+	}
+	return msg
+}
