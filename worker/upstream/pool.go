@@ -82,8 +82,8 @@ type clientConn struct {
 	last time.Time // when the last call ended
 	gone bool      // removed from the pool
 
-	levelMu sync.Mutex // held while forwarding a log level
-	level   string     // the level last set upstream
+	levelMu sync.Mutex
+	level   string // the level last sent upstream, or being sent; guarded by levelMu
 }
 
 func newPool(a *Adapter) *pool {
@@ -337,13 +337,22 @@ func (cc *clientConn) setLevel(ctx context.Context, level string) {
 	if level == "" {
 		return
 	}
+	// Decide under the lock, ask the server outside it: a slow server
+	// holds up only the call that changed the level, not every call of
+	// the session behind it.
 	cc.levelMu.Lock()
-	defer cc.levelMu.Unlock()
 	if level == cc.level || !cc.conn.hasLogging() {
+		cc.levelMu.Unlock()
 		return
 	}
-	if err := cc.conn.sess.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: mcp.LoggingLevel(level)}); err == nil {
-		cc.level = level
+	cc.level = level
+	cc.levelMu.Unlock()
+	if err := cc.conn.sess.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: mcp.LoggingLevel(level)}); err != nil {
+		cc.levelMu.Lock()
+		if cc.level == level {
+			cc.level = "" // not set: the next call tries again
+		}
+		cc.levelMu.Unlock()
 	}
 }
 
