@@ -7,6 +7,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // Requests toward a client session outside any call (docs/design.md §10): a
@@ -30,7 +31,7 @@ func (s *session) askSession(method, id string, params json.RawMessage) {
 	s.mu.Lock()
 	caps := s.clientCaps
 	s.mu.Unlock()
-	if !declares(caps, method, params) {
+	if _, ok := mcpspec.Declared(caps, method, params); !ok {
 		s.refuseSession(id, jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+method+" needs")
 		return
 	}

@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // 2026-07-28 multi round-trip requests (MRTR). A server sends a
@@ -120,7 +121,7 @@ func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, 
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "a 2026-07-28 client can be asked for input only in tools/call, prompts/get and resources/read")
 		return
 	}
-	if !declares(c.toward.caps, r.GetMethod(), r.GetParamsJson()) {
+	if _, ok := mcpspec.Declared(c.toward.caps, r.GetMethod(), r.GetParamsJson()); !ok {
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}

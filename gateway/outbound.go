@@ -10,6 +10,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // Requests toward the client (docs/design.md §10). A worker's handler asks
@@ -119,37 +120,6 @@ func (s *session) capabilitiesFor(params json.RawMessage) json.RawMessage {
 	return s.clientCaps
 }
 
-// declares says whether caps holds the capability a request needs.
-func declares(caps json.RawMessage, method string, params json.RawMessage) bool {
-	var top map[string]json.RawMessage
-	json.Unmarshal(caps, &top)
-	switch method {
-	case "ping":
-		return true
-	case "sampling/createMessage", "roots/list":
-		_, ok := top[strings.Split(method, "/")[0]]
-		return ok
-	case "elicitation/create":
-		raw, ok := top["elicitation"]
-		if !ok {
-			return false
-		}
-		var sub map[string]json.RawMessage
-		json.Unmarshal(raw, &sub)
-		var p struct {
-			Mode string `json:"mode"`
-		}
-		json.Unmarshal(params, &p)
-		if p.Mode == "url" {
-			_, ok = sub["url"]
-			return ok
-		}
-		_, ok = sub["form"]
-		return ok || len(sub) == 0 // a bare {} is form, from before the modes
-	}
-	return false
-}
-
 // askClient issues a worker's request toward the client. It never waits
 // on the network: the request is queued on the call's sink, and a
 // refusal travels to the worker on its own goroutine.
@@ -160,7 +130,7 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 		return
 	}
 	c.toward.note(seq, r.GetMethod(), "")
-	if !declares(c.toward.caps, r.GetMethod(), r.GetParamsJson()) {
+	if _, ok := mcpspec.Declared(c.toward.caps, r.GetMethod(), r.GetParamsJson()); !ok {
 		c.refuse(wc, callID, seq, jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // Requests toward the client: a handler asks the call's client to sample
@@ -46,7 +48,7 @@ func (e *ClientError) Error() string {
 // towardState is a call's requests toward its client.
 type towardState struct {
 	ctx   context.Context // the handler's: a request ends with its call
-	caps  map[string]json.RawMessage
+	caps  json.RawMessage // the client's capabilities object, nil for none
 	scope string
 
 	mu      sync.Mutex
@@ -82,8 +84,8 @@ type clientAnswer struct {
 
 func (t *towardState) init(ctx context.Context, req *pb.ExecuteRequest) {
 	t.ctx, t.scope = ctx, req.GetScope()
-	if b := req.GetClientCapabilitiesJson(); len(b) > 0 {
-		json.Unmarshal(b, &t.caps)
+	if b := req.GetClientCapabilitiesJson(); len(b) > 0 && b[0] == '{' && json.Valid(b) {
+		t.caps = b
 	}
 	for k, v := range req.GetInputResponses() {
 		if t.inputs == nil {
@@ -96,11 +98,10 @@ func (t *towardState) init(ctx context.Context, req *pb.ExecuteRequest) {
 // ClientCapabilities returns the capabilities the client declared (a
 // ClientCapabilities object), or nil if it declared none.
 func (c *Call) ClientCapabilities() json.RawMessage {
-	if c.exec == nil || c.exec.toward.caps == nil {
+	if c.exec == nil {
 		return nil
 	}
-	b, _ := json.Marshal(c.exec.toward.caps)
-	return b
+	return slices.Clone(c.exec.toward.caps)
 }
 
 // Sample asks the client's model for a message (sampling/createMessage)
@@ -230,61 +231,10 @@ func inputKey(ctx context.Context, seq int64) string {
 
 // declared checks the client declared what method needs.
 func (t *towardState) declared(method string, params json.RawMessage) error {
-	need := Capability(method, params)
-	if need == "" {
-		return nil
-	}
-	top, sub, _ := cut(need)
-	raw, ok := t.caps[top]
-	if !ok {
-		return fmt.Errorf("%w: %s needs %s", ErrNotDeclared, method, need)
-	}
-	if sub == "" {
-		return nil
-	}
-	var subs map[string]json.RawMessage
-	json.Unmarshal(raw, &subs)
-	_, ok = subs[sub]
-	// A bare "elicitation": {} declares form mode, for clients from before
-	// the modes existed.
-	if !ok && !(need == "elicitation.form" && len(subs) == 0) {
+	if need, ok := mcpspec.Declared(t.caps, method, params); !ok {
 		return fmt.Errorf("%w: %s needs %s", ErrNotDeclared, method, need)
 	}
 	return nil
-}
-
-// Capability names the client capability a request toward the client
-// needs ("sampling", "elicitation.form", "elicitation.url", "roots"), or
-// "" when it needs none (ping). Unknown methods need the impossible
-// capability of their own name.
-func Capability(method string, params json.RawMessage) string {
-	switch method {
-	case "ping":
-		return ""
-	case "sampling/createMessage":
-		return "sampling"
-	case "roots/list":
-		return "roots"
-	case "elicitation/create":
-		var p struct {
-			Mode string `json:"mode"`
-		}
-		json.Unmarshal(params, &p)
-		if p.Mode == "url" {
-			return "elicitation.url"
-		}
-		return "elicitation.form"
-	}
-	return method
-}
-
-func cut(s string) (string, string, bool) {
-	for i := range len(s) {
-		if s[i] == '.' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // asked is one request toward the client: answered from the call's
