@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,14 +19,16 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/version"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveAdmin serves /metrics (and /healthz) for reg, and the Go profiles at
-// /debug/pprof/ (the benchmark reads heaps there), on addr until ctx is
-// done. An empty addr serves nothing. It prints "admin: HOST:PORT".
+// serveAdmin serves /metrics for reg and the mcpcancel_build_info gauge,
+// /healthz, /version (internal/version's Info as JSON), and the Go
+// profiles at /debug/pprof/ (the benchmark reads heaps there), on addr
+// until ctx is done. An empty addr serves nothing. It prints "admin: HOST:PORT".
 func serveAdmin(ctx context.Context, stderr io.Writer, addr string, reg *prometheus.Registry) error {
 	return serveAdminReady(ctx, stderr, addr, reg, nil)
 }
@@ -43,7 +46,14 @@ func serveAdminReady(ctx context.Context, stderr io.Writer, addr string, reg *pr
 	}
 	fmt.Fprintf(stderr, "admin: %s\n", lis.Addr())
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	info := version.Get()
+	build := prometheus.NewRegistry()
+	build.MustRegister(info.Collector())
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, build}, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/version", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(info)
+	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	if ready != nil {
 		mux.HandleFunc("/readyz", readyz(ready))
