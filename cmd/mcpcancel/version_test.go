@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/version"
 )
 
@@ -69,5 +71,24 @@ func TestAdminVersion(t *testing.T) {
 	want := `mcpcancel_build_info{goversion="` + info.Go + `",revision="` + info.Commit + `",schema="1",version="` + testVersion + `",wire="mcpcancel.v1"} 1`
 	if !strings.Contains(metrics, want) || !strings.Contains(metrics, "mcpcancel_worker_") {
 		t.Errorf("/metrics lacks %s or the worker's own metrics", want)
+	}
+}
+
+// TestCoordinatorRefusesNewerSchema: a coordinator on a keyspace written
+// by a newer release exits, saying which schema it found and which it
+// knows, not that it could not read etcd.
+func TestCoordinatorRefusesNewerSchema(t *testing.T) {
+	etcd := etcdtest.Single(t)
+	if _, err := etcd.Client().Put(t.Context(), "/mcpcancel/v1/schema", "2"); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"coordinator", "--listen", "127.0.0.1:0", "--etcd", strings.Join(etcd.Endpoints(), ",")}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	inOrder(t, "stderr", stderr.String(), []string{"mcpcancel coordinator: ", "/mcpcancel/v1/ is at schema 2", "knows schema 1 at most", "docs/upgrade.md"})
+	if strings.Contains(stderr.String(), "cannot read") {
+		t.Errorf("stderr blames etcd:\n%s", stderr.String())
 	}
 }
