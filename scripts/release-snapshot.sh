@@ -82,7 +82,8 @@ for arch in amd64 arm64; do
   b=$(ls dist/mcpcancel_linux_${arch}*/mcpcancel)
   platforms+=("linux/$arch=$PWD/$b")
 done
-echo "+ ociimage build -o $layout"
+echo "+ (scripts/ociimage) go vet ./... && ociimage build -o $layout"
+(cd scripts/ociimage && go vet ./...)
 (cd scripts/ociimage && go run . build -o "../../$layout" -version "$version" -revision "$commit" \
   -epoch "$(git log -1 --format=%ct HEAD)" "${platforms[@]}")
 (cd dist && find "$(basename "$layout")" -type f | LC_ALL=C sort | xargs sha256sum >>checksums.txt)
