@@ -19,7 +19,7 @@ COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X github.com/mcpcancel/mcpcancel/internal/cmdline.version=${VERSION}" \
+      -ldflags "-s -w -X github.com/mcpcancel/mcpcancel/internal/version.release=${VERSION}" \
       -o /out/usr/local/bin/mcpcancel ./cmd/mcpcancel
 # The runtime image has no shell: prepare its few files here. /tmp is for
 # upstream MCP server commands (the chart mounts an emptyDir over it, as the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,6 +66,8 @@ type Server struct {
 	notes      noteWatchers
 	metrics    *metrics
 	health     *healthState
+
+	schemaBehind atomic.Bool // the keyspace awaits the leader's migration
 
 	ready  chan struct{}
 	bg     group // stream receivers that outlive their handlers briefly
@@ -143,12 +146,17 @@ func setDefaults(o *Options) {
 // running calls, pushes stop orders to attached workers, batches handler
 // stop reports and campaigns for the janitor. It returns nil when ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	if err := s.view.load(ctx); err != nil {
+	schemaRev, err := s.openSchema(ctx)
+	if err == nil {
+		err = s.view.load(ctx)
+	}
+	if err != nil {
 		s.health.hs.Shutdown()
 		return err
 	}
 	close(s.ready)
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.watchSchema(ctx, schemaRev) })
 	g.Go(func() error { return s.view.watchWorkers(ctx) })
 	g.Go(func() error { return s.view.watchOwners(ctx) })
 	g.Go(func() error { return s.watchNotes(ctx) })
@@ -157,7 +165,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.runJanitor(ctx) })
 	g.Go(func() error { return s.runExpiry(ctx) })
 	g.Go(func() error { return s.runHealth(ctx) })
-	err := g.Wait()
+	err = g.Wait()
 	// Attach starts its receiver after it is attached, so once bg is
 	// closed every receiver running belongs to an attachment closeAll ends;
 	// a later one is refused. Then the leases: their handlers have ended

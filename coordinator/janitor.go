@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
+	"github.com/mcpcancel/mcpcancel/internal/version"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -26,10 +27,10 @@ func (s *Server) runJanitor(ctx context.Context) error {
 			continue
 		}
 		el := concurrency.NewElection(sess, s.keys.election())
-		if err := el.Campaign(ctx, s.opts.Name); err == nil {
+		if err := el.Campaign(ctx, s.candidate()); err == nil {
 			s.log.Info("janitor: leading", "replica", s.opts.Name)
 			s.metrics.janitorLeader.Set(1)
-			s.lead(ctx, sess)
+			s.lead(ctx, sess, el)
 			s.metrics.janitorLeader.Set(0)
 			s.metrics.overdue.Set(0)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.OpTimeout)
@@ -42,8 +43,9 @@ func (s *Server) runJanitor(ctx context.Context) error {
 }
 
 // lead reconciles whenever a worker key goes away, and every lease TTL in
-// case a change was missed, until leadership or ctx ends.
-func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
+// case a change was missed, until leadership or ctx ends. Each round
+// first migrates the keyspace's schema if it is behind (schema.go).
+func (s *Server) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := s.cli.Watch(ctx, s.keys.workers(), clientv3.WithPrefix(), clientv3.WithFilterPut())
@@ -51,6 +53,13 @@ func (s *Server) lead(ctx context.Context, sess *concurrency.Session) {
 	defer wake.Stop()
 	deadlines := map[string]time.Time{} // running calls' deadlines, learnt once per term
 	for {
+		if s.schemaBehind.Load() {
+			done, err := s.migrateSchema(ctx, el, version.Schema, migrations)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("janitor: migrate the schema", "err", err)
+			}
+			s.schemaBehind.Store(!done)
+		}
 		err := s.reconcile(ctx, deadlines)
 		if err != nil && ctx.Err() == nil {
 			s.metrics.janitorErrors.Inc()

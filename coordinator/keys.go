@@ -36,6 +36,7 @@ const (
 //	janitor/                    the janitor's election
 //	abandoned/<begin id>        a Begin its caller gave up on, which may no
 //	                            longer commit; on Begin's lease
+//	schema                      the keyspace's schema version (schema.go)
 type keys struct{ prefix string }
 
 func (k keys) workers() string                 { return k.prefix + "workers/" }
@@ -47,6 +48,7 @@ func (k keys) owner(worker, id string) string  { return k.ownersOf(worker) + id 
 func (k keys) audits() string                  { return k.prefix + "audit/" }
 func (k keys) election() string                { return k.prefix + "janitor/" }
 func (k keys) abandoned(beginID string) string { return k.prefix + "abandoned/" + beginID }
+func (k keys) schema() string                  { return k.prefix + "schema" }
 
 func (k keys) index(key *pb.CallKey) string {
 	return k.prefix + "index/" + key.GetScope() + "/" + requestKey(key.GetRequestId())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,15 +18,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mcpcancel/mcpcancel/internal/dial"
+	"github.com/mcpcancel/mcpcancel/internal/version"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveAdmin serves /metrics (and /healthz) for reg, and the Go profiles at
-// /debug/pprof/ (the benchmark reads heaps there), on lis (--admin, bound
-// with the process's other addresses) until ctx is done. A nil lis serves
-// nothing. It prints "admin: HOST:PORT".
+// serveAdmin serves /metrics for reg and the mcpcancel_build_info gauge,
+// /healthz, /version (internal/version's Info as JSON), and the Go
+// profiles at /debug/pprof/ (the benchmark reads heaps there), on lis
+// (--admin, bound with the process's other addresses) until ctx is done.
+// A nil lis serves nothing. It prints "admin: HOST:PORT".
 func serveAdmin(ctx context.Context, stderr io.Writer, lis net.Listener, reg *prometheus.Registry) error {
 	return serveAdminReady(ctx, stderr, lis, reg, nil)
 }
@@ -39,7 +42,14 @@ func serveAdminReady(ctx context.Context, stderr io.Writer, lis net.Listener, re
 	}
 	fmt.Fprintf(stderr, "admin: %s\n", lis.Addr())
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	info := version.Get()
+	build := prometheus.NewRegistry()
+	build.MustRegister(info.Collector())
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, build}, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/version", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(info)
+	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	if ready != nil {
 		mux.HandleFunc("/readyz", readyz(ready))

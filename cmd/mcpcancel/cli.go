@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/internal/clientcmd"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
+	"github.com/mcpcancel/mcpcancel/internal/version"
 )
 
 // subcommand is one command of the binary.
@@ -98,10 +100,15 @@ func runHelp(ctx context.Context, s cmdline.Streams, args []string) error {
 }
 
 func runVersion(_ context.Context, s cmdline.Streams, args []string) error {
-	f := cmdline.NewFlags(s, "version", "Prints the version of mcpcancel.")
+	f := cmdline.NewFlags(s, "version", "Prints the release and commit of mcpcancel, the Go that built it, and the wire and etcd schema versions it speaks.")
+	asJSON := f.Bool("json", false, "print it as JSON, as the admin port's /version serves it")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Stdout, "mcpcancel %s\n", cmdline.Version())
-	return nil
+	info := version.Get()
+	if *asJSON {
+		return json.NewEncoder(s.Stdout).Encode(info)
+	}
+	_, err := fmt.Fprint(s.Stdout, info)
+	return err
 }

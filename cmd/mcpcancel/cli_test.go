@@ -67,7 +67,7 @@ func TestCommandLines(t *testing.T) {
 		{"etcd unreachable", []string{"coordinator", "--listen", "127.0.0.1:0", "--etcd", "http://127.0.0.1:1"}, nil, 1, nil, []string{
 			"coordinator: 127.0.0.1:", "mcpcancel coordinator: cannot read the coordinator's state from etcd at http://127.0.0.1:1",
 		}},
-		{"version", []string{"version"}, nil, 0, []string{"mcpcancel "}, nil},
+		{"version", []string{"version"}, nil, 0, []string{"mcpcancel ", "commit:", "wire:    mcpcancel.v1", "schema:  1"}, nil},
 		{"version with arguments", []string{"version", "now"}, nil, 2, nil, []string{`unexpected argument "now"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

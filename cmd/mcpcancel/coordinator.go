@@ -196,6 +196,9 @@ func runReplica(ctx context.Context, srv *coordinator.Server, etcdURLs string) e
 	if err == nil || ctx.Err() != nil {
 		return nil
 	}
+	if errors.Is(err, coordinator.ErrSchemaTooNew) || errors.Is(err, coordinator.ErrSchemaTooOld) {
+		return err // it names both versions
+	}
 	return fmt.Errorf("cannot read the coordinator's state from etcd at %s: %w", etcdURLs, err)
 }
 

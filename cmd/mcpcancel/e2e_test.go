@@ -127,13 +127,6 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
-func TestVersionBinary(t *testing.T) {
-	out, err := runBinary(t, "version")
-	if err != nil || out != "mcpcancel "+testVersion+"\n" {
-		t.Fatalf("version = %q, %v; want %q", out, err, "mcpcancel "+testVersion)
-	}
-}
-
 // startCoordinator starts an embedded etcd and `mcpcancel coordinator` on
 // it, and returns the coordinator and its address once it listens.
 func startCoordinator(t *testing.T) (*proc, string) {

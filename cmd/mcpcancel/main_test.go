@@ -52,7 +52,7 @@ func buildAndRun(m *testing.M, dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	args := []string{"build", "-o", binary, "-ldflags", "-X github.com/mcpcancel/mcpcancel/internal/cmdline.version=" + testVersion}
+	args := []string{"build", "-o", binary, "-ldflags", "-X github.com/mcpcancel/mcpcancel/internal/version.release=" + testVersion}
 	if raceEnabled() {
 		args = append(args, "-race")
 	}

@@ -11,26 +11,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"slices"
-	"strings"
+
+	"github.com/mcpcancel/mcpcancel/internal/version"
 )
 
-// version is the version `mcpcancel version` prints. Release builds set it
-// with -ldflags "-X github.com/mcpcancel/mcpcancel/internal/cmdline.version=v1.2.3".
-var version string
-
-// Version is the version of mcpcancel: the one the build set, else the
-// module's from its build info, else "dev".
-func Version() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return strings.TrimSpace(bi.Main.Version)
-	}
-	return "dev"
-}
+// Version is the release of mcpcancel (internal/version): the one the
+// build stamped, else the tagged module version, else "devel".
+func Version() string { return version.Release() }
 
 // IsHelpFlag says whether arg asks for help where a command or verb
 // should be.
