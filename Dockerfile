@@ -15,11 +15,13 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# VERSION is what `mcpcancel version` prints.
+# VERSION and COMMIT are what `mcpcancel version` prints
+# (--build-arg COMMIT=$(git rev-parse HEAD)).
 ARG VERSION=dev
+ARG COMMIT=unknown
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X github.com/mcpcancel/mcpcancel/internal/version.release=${VERSION}" \
+      -ldflags "-s -w -X github.com/mcpcancel/mcpcancel/internal/version.release=${VERSION} -X github.com/mcpcancel/mcpcancel/internal/version.commit=${COMMIT}" \
       -o /out/usr/local/bin/mcpcancel ./cmd/mcpcancel
 # The runtime image has no shell: prepare its few files here. /tmp is for
 # upstream MCP server commands (the chart mounts an emptyDir over it, as the
