@@ -16,6 +16,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
@@ -55,7 +56,7 @@ func oauthGateway(t *testing.T, coord pb.CoordinatorServiceClient, p *provider, 
 	return startAuthedGateway(t, coord, func(url string) gateway.Options {
 		*resource = url
 		p.set(url, 5*time.Minute)
-		jwks, err := gateway.NewRemoteJWKS(t.Context(), gateway.JWTOptions{Issuer: p.issuer, Audience: url, RefreshFloor: time.Millisecond})
+		jwks, err := auth.NewRemoteJWKS(t.Context(), auth.JWTOptions{Issuer: p.issuer, Audience: url, RefreshFloor: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

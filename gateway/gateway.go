@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
@@ -60,7 +61,7 @@ type Options struct {
 	AllowedOrigins []string
 	// Authenticator names the principal of each HTTP request (nil: every
 	// client is "anonymous"). Unauthenticated requests get 401.
-	Authenticator Authenticator
+	Authenticator auth.Authenticator
 	// Auth, if set, adds OAuth resource-server metadata and challenges,
 	// per-tool scopes and lists, and per-principal rate limits (see
 	// AuthOptions).

@@ -3,13 +3,16 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -36,15 +39,19 @@ type AuthOptions struct {
 	Policy *authz.ToolPolicy
 	// Sessions and Requests limit each principal's rate of new sessions
 	// (each an etcd write) and of requests; zero values do not limit.
-	Sessions, Requests RateLimit
+	Sessions, Requests auth.RateLimit
 }
+
+// codeRateLimited is the JSON-RPC error code of a request refused by a
+// rate limit (in the implementation-defined server error range).
+const codeRateLimited = -32029
 
 // guard applies AuthOptions to HTTP requests.
 type guard struct {
 	opts     AuthOptions
 	metadata string // the metadata URL challenges name, or ""
-	sessions *limiters
-	requests *limiters
+	sessions *auth.Limiter
+	requests *auth.Limiter
 }
 
 func newGuard(o *AuthOptions) *guard {
@@ -61,8 +68,8 @@ func newGuard(o *AuthOptions) *guard {
 		u.Path, u.RawQuery, u.Fragment = paths[len(paths)-1], "", ""
 		g.metadata = u.String()
 	}
-	g.sessions = newLimiters(g.opts.Sessions)
-	g.requests = newLimiters(g.opts.Requests)
+	g.sessions = auth.NewLimiter(g.opts.Sessions)
+	g.requests = auth.NewLimiter(g.opts.Requests)
 	return g
 }
 
@@ -94,7 +101,7 @@ func (g *Gateway) registerMetadata(mux *http.ServeMux) {
 	if scopes == nil {
 		scopes = o.Policy.Scopes()
 	}
-	h := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+	h := sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: o.Resource, AuthorizationServers: o.AuthorizationServers,
 		ScopesSupported: scopes, BearerMethodsSupported: []string{"header"},
 		ResourceName: "mcpcancel",
@@ -160,11 +167,11 @@ func (h *httpTransport) admit(w http.ResponseWriter, r *http.Request, m *jsonrpc
 		writeErrorResponse(w, http.StatusForbidden, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "forbidden: %s", desc))
 		return false
 	}
-	if m.Method == "initialize" && !g.sessions.allow(w, principal) {
+	if m.Method == "initialize" && !allow(w, g.sessions, principal) {
 		writeErrorResponse(w, http.StatusTooManyRequests, m.ID, true, jsonrpc.Errorf(codeRateLimited, "rate limited: too many new sessions for this principal; retry after the Retry-After header's seconds"))
 		return false
 	}
-	if !g.requests.allow(w, principal) {
+	if !allow(w, g.requests, principal) {
 		writeErrorResponse(w, http.StatusTooManyRequests, m.ID, true, jsonrpc.Errorf(codeRateLimited, "rate limited: too many requests for this principal; retry after the Retry-After header's seconds"))
 		return false
 	}
@@ -186,4 +193,14 @@ func target(m *jsonrpc.Message) (tool, resource string) {
 		return "", p.URI
 	}
 	return "", ""
+}
+
+// allow spends a token of principal's bucket in l. When none is left it
+// sets Retry-After on w (whole seconds, rounded up) and reports false.
+func allow(w http.ResponseWriter, l *auth.Limiter, principal string) bool {
+	ok, after := l.Allow(principal)
+	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(after.Seconds()))))
+	}
+	return ok
 }

@@ -16,6 +16,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
@@ -81,10 +82,10 @@ func (o *gatewayFlags) check() error {
 
 // authenticator returns the configured authenticator, or nil (warning
 // loudly when the gateway listens beyond loopback without one).
-func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, error) {
-	var auths []gateway.Authenticator
+func (o *gatewayFlags) authenticator(log *slog.Logger) (auth.Authenticator, error) {
+	var auths []auth.Authenticator
 	if o.tokensFile != "" {
-		a, err := gateway.NewTokenFile(o.tokensFile)
+		a, err := auth.NewTokenFile(o.tokensFile)
 		if err != nil {
 			return nil, err
 		}
@@ -98,7 +99,7 @@ func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, e
 		auths = append(auths, a)
 	}
 	if len(auths) > 0 {
-		return gateway.AnyOf(auths...), nil
+		return auth.AnyOf(auths...), nil
 	}
 	if host, _, err := net.SplitHostPort(o.http); !o.stdio && err == nil {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {

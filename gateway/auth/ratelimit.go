@@ -1,18 +1,12 @@
-package gateway
+package auth
 
 import (
 	"math"
-	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 )
-
-// codeRateLimited is the JSON-RPC error code of a request refused by a
-// rate limit (in the implementation-defined server error range).
-const codeRateLimited = -32029
 
 // RateLimit is a token bucket per principal: Rate a second, bursts of
 // Burst (default: Rate rounded up, at least 1). A zero Rate does not limit.
@@ -21,10 +15,11 @@ type RateLimit struct {
 	Burst int
 }
 
-// limiters holds one bucket per principal. Buckets are dropped once full
-// again (idle), so the map holds only the principals that spent tokens
-// recently; the map is swept when it grows past maxLimiters.
-type limiters struct {
+// Limiter holds one token bucket per principal. Buckets are dropped
+// once full again (idle), so the map holds only the principals that
+// spent tokens recently; the map is swept when it grows past
+// maxLimiters.
+type Limiter struct {
 	every rate.Limit
 	burst int
 	now   func() time.Time
@@ -36,22 +31,23 @@ type limiters struct {
 // maxLimiters is the map size past which idle buckets are swept.
 const maxLimiters = 10000
 
-// newLimiters returns nil, which allows everything, for a zero rate.
-func newLimiters(l RateLimit) *limiters {
+// NewLimiter returns a Limiter of l's rate for each principal, or nil,
+// which allows everything, for a zero rate.
+func NewLimiter(l RateLimit) *Limiter {
 	if l.Rate <= 0 {
 		return nil
 	}
 	if l.Burst <= 0 {
 		l.Burst = max(1, int(math.Ceil(l.Rate)))
 	}
-	return &limiters{every: rate.Limit(l.Rate), burst: l.Burst, now: time.Now, by: map[string]*rate.Limiter{}}
+	return &Limiter{every: rate.Limit(l.Rate), burst: l.Burst, now: time.Now, by: map[string]*rate.Limiter{}}
 }
 
-// allow spends a token of principal's bucket. When none is left it sets
-// Retry-After on w (whole seconds, rounded up) and reports false.
-func (ls *limiters) allow(w http.ResponseWriter, principal string) bool {
+// Allow spends a token of principal's bucket. When none is left it
+// spends nothing, reports false, and says how long until one is.
+func (ls *Limiter) Allow(principal string) (ok bool, retryAfter time.Duration) {
 	if ls == nil {
-		return true
+		return true, 0
 	}
 	now := ls.now()
 	ls.mu.Lock()
@@ -67,15 +63,11 @@ func (ls *limiters) allow(w http.ResponseWriter, principal string) bool {
 		r.CancelAt(now) // refused: the token is not spent
 	}
 	ls.mu.Unlock()
-	if delay <= 0 {
-		return true
-	}
-	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(delay.Seconds()))))
-	return false
+	return delay <= 0, max(delay, 0)
 }
 
 // sweepLocked drops the buckets that are full again, once the map is big.
-func (ls *limiters) sweepLocked(now time.Time) {
+func (ls *Limiter) sweepLocked(now time.Time) {
 	if len(ls.by) < maxLimiters {
 		return
 	}

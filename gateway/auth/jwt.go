@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"context"
@@ -54,7 +54,7 @@ type JWTOptions struct {
 
 func (o *JWTOptions) fill() error {
 	if o.Issuer == "" || o.Audience == "" {
-		return errors.New("gateway: JWT authentication needs an issuer and an audience")
+		return errors.New("auth: JWT authentication needs an issuer and an audience")
 	}
 	if o.Leeway == 0 {
 		o.Leeway = 30 * time.Second
