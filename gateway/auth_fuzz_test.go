@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 )
@@ -43,9 +42,9 @@ func FuzzHTTPRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	open := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second})
-	authed := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf})
-	oauth := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf,
+	open := New(Options{Coordinator: conn, CallTimeout: time.Second})
+	authed := New(Options{Coordinator: conn, CallTimeout: time.Second, Authenticator: tf})
+	oauth := New(Options{Coordinator: conn, CallTimeout: time.Second, Authenticator: tf,
 		Auth: &AuthOptions{Resource: "https://mcp.example/mcp", Requests: auth.RateLimit{Rate: 1e6},
 			Policy: &authz.ToolPolicy{Required: []string{"mcp"}, Tools: map[string][]string{"echo": {"tools:echo"}}}}})
 	f.Cleanup(func() { open.Close(); authed.Close(); oauth.Close(); conn.Close() })

@@ -26,20 +26,15 @@ import (
 var ErrClosed = errors.New("gateway: closed")
 
 // Options configures a gateway. The zero value of every field but
-// Coordinator (or CoordinatorConn) means its default.
+// Coordinator means its default.
 type Options struct {
-	// Coordinator is a client of the coordinator service. Required unless
-	// CoordinatorConn is set.
-	Coordinator pb.CoordinatorServiceClient
-	// CoordinatorConn, if set, is the connection to the coordinators that
-	// Coordinator and CoordinatorHealth default to, redialled when a
-	// Begin, Cancel or GetCall attempt goes unanswered (coordconn.go).
-	CoordinatorConn *dial.Conn
-	// CoordinatorHealth, if set, is the coordinators' gRPC health service,
-	// on the same connection: /readyz then means a coordinator can decide
-	// calls now (it reaches etcd and its watches are open), not only that
-	// one answers.
-	CoordinatorHealth healthpb.HealthClient
+	// Coordinator is the connection to the coordinators (required): the
+	// gateway calls their API on it, and their gRPC health service, so
+	// that /readyz means a coordinator can decide calls now (it reaches
+	// etcd and its watches are open), not only that one answers. A
+	// *dial.Conn is redialled when a Begin, Cancel or GetCall attempt
+	// goes unanswered (coordconn.go).
+	Coordinator grpc.ClientConnInterface
 	// Name identifies this replica in call records (default: random).
 	Name string
 	// CallTimeout bounds every tool call (default 10m).
@@ -91,9 +86,10 @@ type Options struct {
 
 // Gateway serves MCP clients.
 type Gateway struct {
-	opts  Options
-	coord pb.CoordinatorServiceClient
-	log   *slog.Logger
+	opts   Options
+	coord  pb.CoordinatorServiceClient
+	health healthpb.HealthClient // the coordinators' (server.go)
+	log    *slog.Logger
 
 	base     context.Context // lives until Close: calls run under it
 	stop     context.CancelFunc
@@ -134,17 +130,12 @@ func New(opts Options) *Gateway {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.CoordinatorConn != nil {
-		cc := newCoordConn(opts.CoordinatorConn, opts.Logger)
-		if opts.Coordinator == nil {
-			opts.Coordinator = pb.NewCoordinatorServiceClient(cc)
-		}
-		if opts.CoordinatorHealth == nil {
-			opts.CoordinatorHealth = healthpb.NewHealthClient(cc)
-		}
-	}
 	if opts.Coordinator == nil {
-		panic("gateway: Options.Coordinator or CoordinatorConn is required")
+		panic("gateway: Options.Coordinator is required")
+	}
+	conn := opts.Coordinator
+	if dc, ok := conn.(*dial.Conn); ok {
+		conn = newCoordConn(dc, opts.Logger)
 	}
 	if opts.Name == "" {
 		opts.Name = "gateway-" + randid.New(6)
@@ -183,7 +174,7 @@ func New(opts Options) *Gateway {
 		opts.Version = "dev"
 	}
 	g := &Gateway{
-		opts: opts, coord: opts.Coordinator, log: opts.Logger,
+		opts: opts, coord: pb.NewCoordinatorServiceClient(conn), health: healthpb.NewHealthClient(conn), log: opts.Logger,
 		sessions: map[*session]struct{}{}, live: map[*call]struct{}{}, workers: map[string]*grpc.ClientConn{},
 		toolsCh: make(chan struct{}), noCalls: make(chan struct{}),
 	}

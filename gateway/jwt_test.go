@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/jwttest"
@@ -21,7 +20,7 @@ import (
 )
 
 // countingConn dials target and counts the calls that leave through it.
-func countingConn(t *testing.T, target string, n *atomic.Int64) pb.CoordinatorServiceClient {
+func countingConn(t *testing.T, target string, n *atomic.Int64) *grpc.ClientConn {
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			n.Add(1)
@@ -35,7 +34,7 @@ func countingConn(t *testing.T, target string, n *atomic.Int64) pb.CoordinatorSe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return pb.NewCoordinatorServiceClient(conn)
+	return conn
 }
 
 // Through the real gateway: tokens that fail get 401 and no coordinator

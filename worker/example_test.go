@@ -168,7 +168,7 @@ func exampleStack(register func(*worker.Worker), progress func(context.Context, 
 	conn, err := dial.New(coordLis.Addr().String())
 	must(err)
 	stops = append(stops, func() { conn.Close() })
-	g := gateway.New(gateway.Options{Coordinator: pb.NewCoordinatorServiceClient(conn), Logger: quiet})
+	g := gateway.New(gateway.Options{Coordinator: conn, Logger: quiet})
 	gatewayDone := make(chan struct{})
 	go func() { defer close(gatewayDone); g.Run(ctx) }()
 	web := httptest.NewServer(g.Mux())

@@ -12,9 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
@@ -119,17 +117,11 @@ func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) 
 			origins = append(origins, s)
 		}
 	}
-	opts := gateway.Options{
+	return gateway.Options{
 		Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit, WriteTimeout: o.writeTimeout,
 		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: cmdline.Version(), Logger: log,
-		Auth: o.oauth.options(o), StateKey: o.stateKey,
+		Auth: o.oauth.options(o), StateKey: o.stateKey, Coordinator: conn,
 	}
-	if dc, ok := conn.(*dial.Conn); ok {
-		opts.CoordinatorConn = dc
-	} else {
-		opts.Coordinator, opts.CoordinatorHealth = pb.NewCoordinatorServiceClient(conn), healthgrpc.NewHealthClient(conn)
-	}
-	return opts
 }
 
 func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {

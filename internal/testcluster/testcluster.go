@@ -83,8 +83,11 @@ func (c *Coordinator) Stop() {
 
 // Client dials the replica.
 func (c *Coordinator) Client(t testing.TB) pb.CoordinatorServiceClient {
-	return pb.NewCoordinatorServiceClient(Conn(t, c.Addr))
+	return pb.NewCoordinatorServiceClient(c.Conn(t))
 }
+
+// Conn dials the replica, for a gateway (gateway.Options.Coordinator).
+func (c *Coordinator) Conn(t testing.TB) *grpc.ClientConn { return Conn(t, c.Addr) }
 
 // Conn dials target in plaintext and closes the connection at test end.
 func Conn(t testing.TB, target string) *grpc.ClientConn {

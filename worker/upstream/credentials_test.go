@@ -67,7 +67,7 @@ func authedStack(t *testing.T, opts upstream.Options, clientToken string) *stack
 	e := etcdtest.Single(t)
 	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
 	st := &stack{etcd: e.Client(), coord: c.Client(t), coordAddr: c.Addr}
-	st.gw, st.url = testcluster.StartGateway(t, st.coord, gateway.Options{Authenticator: tf})
+	st.gw, st.url = testcluster.StartGateway(t, c.Conn(t), gateway.Options{Authenticator: tf})
 	st.adapter, st.stopAdapter = st.startAdapter(t, "adapter", opts)
 	return st
 }
