@@ -100,8 +100,6 @@ type Handler func(ctx context.Context, c *Call) (*Result, error)
 
 // Worker runs tool handlers for mcpcancel.
 type Worker struct {
-	pb.UnimplementedWorkerServiceServer
-
 	opts Options
 	log  *slog.Logger
 
@@ -131,7 +129,16 @@ type registered struct {
 	handler Handler
 }
 
-var _ pb.WorkerServiceServer = (*Worker)(nil)
+// service serves the WorkerService API that gateways call (Execute,
+// Answer, CallersGone; execute.go, toward.go, callersgone.go). It is a
+// type apart from Worker so that tool authors see only what they use;
+// Run registers it.
+type service struct {
+	pb.UnimplementedWorkerServiceServer
+	*Worker
+}
+
+var _ pb.WorkerServiceServer = service{}
 
 // New returns a worker with no tools.
 func New(opts Options) *Worker {
@@ -248,7 +255,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
 	srv := grpcserver.New(w.log, w.metrics.reg, grpcserver.Keepalive{}, w.opts.ServerOptions...)
-	pb.RegisterWorkerServiceServer(srv, w)
+	pb.RegisterWorkerServiceServer(srv, service{Worker: w})
 	// Not serving (grpc.health.v1, a pod's readiness) until attached: only
 	// then can the worker be given calls.
 	hs := health.NewServer()
