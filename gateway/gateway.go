@@ -127,51 +127,16 @@ func (g *Gateway) outboxLimit() int { return 4 * int(g.opts.MaxMessageBytes) }
 
 // New returns a gateway. Run must run for it to see the tool list.
 func New(opts Options) *Gateway {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	if opts.Coordinator == nil {
 		panic("gateway: Options.Coordinator is required")
+	}
+	opts.setDefaults()
+	if len(opts.StateKey) != stateKeyBytes {
+		panic("gateway: Options.StateKey must be 32 bytes")
 	}
 	conn := opts.Coordinator
 	if dc, ok := conn.(*dial.Conn); ok {
 		conn = newCoordConn(dc, opts.Logger)
-	}
-	if opts.Name == "" {
-		opts.Name = "gateway-" + randid.New(6)
-	}
-	if len(opts.StateKey) == 0 {
-		opts.StateKey = make([]byte, stateKeyBytes)
-		rand.Read(opts.StateKey)
-	} else if len(opts.StateKey) != stateKeyBytes {
-		panic("gateway: Options.StateKey must be 32 bytes")
-	}
-	if opts.InputTimeout == 0 {
-		opts.InputTimeout = 10 * time.Minute
-	}
-	if opts.CallTimeout == 0 {
-		opts.CallTimeout = 10 * time.Minute
-	}
-	if opts.ScopeLimit == 0 {
-		opts.ScopeLimit = 256
-	}
-	if opts.GlobalLimit == 0 {
-		opts.GlobalLimit = 10000
-	}
-	if opts.MaxMessageBytes == 0 {
-		opts.MaxMessageBytes = 4 << 20
-	}
-	if opts.WriteTimeout == 0 {
-		opts.WriteTimeout = 10 * time.Second
-	}
-	if opts.ExecuteGrace == 0 {
-		opts.ExecuteGrace = 15 * time.Second
-	}
-	if opts.ProbeInterval == 0 {
-		opts.ProbeInterval = 5 * time.Second
-	}
-	if opts.Version == "" {
-		opts.Version = "dev"
 	}
 	g := &Gateway{
 		opts: opts, coord: pb.NewCoordinatorServiceClient(conn), health: healthpb.NewHealthClient(conn), log: opts.Logger,
@@ -182,6 +147,52 @@ func New(opts Options) *Gateway {
 	g.base, g.stop = context.WithCancel(context.Background())
 	g.metrics = newMetrics(g)
 	return g
+}
+
+// setDefaults fills in the default of every zero field.
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Name == "" {
+		o.Name = "gateway-" + randid.New(6)
+	}
+	if len(o.StateKey) == 0 {
+		o.StateKey = make([]byte, stateKeyBytes)
+		rand.Read(o.StateKey)
+	}
+	if o.InputTimeout == 0 {
+		o.InputTimeout = 10 * time.Minute
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = 10 * time.Minute
+	}
+	if o.ScopeLimit == 0 {
+		o.ScopeLimit = 256
+	}
+	if o.GlobalLimit == 0 {
+		o.GlobalLimit = 10000
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 4 << 20
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.ExecuteGrace == 0 {
+		o.ExecuteGrace = 15 * time.Second
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 5 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Auth != nil {
+		a := *o.Auth // the caller's stays as it was
+		a.setDefaults()
+		o.Auth = &a
+	}
 }
 
 // Run follows the coordinator's tool list and tells clients when it

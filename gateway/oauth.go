@@ -46,6 +46,13 @@ type AuthOptions struct {
 // rate limit (in the implementation-defined server error range).
 const codeRateLimited = -32029
 
+// setDefaults fills in the default of every zero field.
+func (o *AuthOptions) setDefaults() {
+	if o.ScopesSupported == nil {
+		o.ScopesSupported = o.Policy.Scopes()
+	}
+}
+
 // guard applies AuthOptions to HTTP requests.
 type guard struct {
 	opts     AuthOptions
@@ -54,15 +61,13 @@ type guard struct {
 	requests *auth.Limiter
 }
 
+// newGuard applies o, whose defaults are set (Options.setDefaults).
 func newGuard(o *AuthOptions) *guard {
 	g := &guard{}
 	if o == nil {
 		return g
 	}
 	g.opts = *o
-	if g.opts.ScopesSupported == nil {
-		g.opts.ScopesSupported = g.opts.Policy.Scopes()
-	}
 	if paths := metadataPaths(g.opts.Resource); len(paths) > 0 {
 		u, _ := url.Parse(g.opts.Resource)
 		u.Path, u.RawQuery, u.Fragment = paths[len(paths)-1], "", ""
@@ -97,13 +102,9 @@ func (g *Gateway) registerMetadata(mux *http.ServeMux) {
 	if o == nil || o.Resource == "" {
 		return
 	}
-	scopes := o.ScopesSupported
-	if scopes == nil {
-		scopes = o.Policy.Scopes()
-	}
 	h := sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: o.Resource, AuthorizationServers: o.AuthorizationServers,
-		ScopesSupported: scopes, BearerMethodsSupported: []string{"header"},
+		ScopesSupported: o.ScopesSupported, BearerMethodsSupported: []string{"header"},
 		ResourceName: "mcpcancel",
 	})
 	for _, p := range metadataPaths(o.Resource) {

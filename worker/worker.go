@@ -142,16 +142,7 @@ var _ pb.WorkerServiceServer = service{}
 
 // New returns a worker with no tools.
 func New(opts Options) *Worker {
-	if opts.Name == "" {
-		host, _ := os.Hostname()
-		opts.Name = sanitizeName(host) + "-" + randid.New(4)
-	}
-	if opts.DrainTimeout == 0 {
-		opts.DrainTimeout = 30 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.setDefaults()
 	w := &Worker{
 		opts:    opts,
 		log:     opts.Logger.With("worker", opts.Name),
@@ -164,6 +155,20 @@ func New(opts Options) *Worker {
 	w.ctrl = newControl(w)
 	w.metrics = newMetrics(w)
 	return w
+}
+
+// setDefaults fills in the default of every zero field.
+func (o *Options) setDefaults() {
+	if o.Name == "" {
+		host, _ := os.Hostname()
+		o.Name = sanitizeName(host) + "-" + randid.New(4)
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 }
 
 // Name is the worker's name.

@@ -15,6 +15,13 @@ type RateLimit struct {
 	Burst int
 }
 
+// setDefaults fills in the default of a zero (or negative) Burst.
+func (l *RateLimit) setDefaults() {
+	if l.Burst <= 0 {
+		l.Burst = max(1, int(math.Ceil(l.Rate)))
+	}
+}
+
 // Limiter holds one token bucket per principal. Buckets are dropped
 // once full again (idle), so the map holds only the principals that
 // spent tokens recently; the map is swept when it grows past
@@ -37,9 +44,7 @@ func NewLimiter(l RateLimit) *Limiter {
 	if l.Rate <= 0 {
 		return nil
 	}
-	if l.Burst <= 0 {
-		l.Burst = max(1, int(math.Ceil(l.Rate)))
-	}
+	l.setDefaults()
 	return &Limiter{every: rate.Limit(l.Rate), burst: l.Burst, now: time.Now, by: map[string]*rate.Limiter{}}
 }
 
