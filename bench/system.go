@@ -137,7 +137,7 @@ func (s *system) startWorker(ctx context.Context, log *slog.Logger, upstreamCmd 
 	go func() { defer close(done); w.Run(wctx, lis) }()
 	s.stops = append(s.stops, func() { cancel(); <-done })
 	select {
-	case <-w.Attached():
+	case <-w.Ready():
 	case <-done:
 		return errors.New("worker stopped before it attached")
 	case <-ctx.Done():

@@ -242,10 +242,10 @@ func (g *Gateway) watchTools(ctx context.Context) error {
 	}
 }
 
-// ToolsArrived is closed once the coordinator's tool list first arrives
-// on the gateway's watch; until then each tools/list and tools/call asks
-// the coordinator.
-func (g *Gateway) ToolsArrived() <-chan struct{} { return g.toolsCh }
+// Ready is closed once the coordinator's tool list first arrives on the
+// gateway's watch; until then each tools/list and tools/call asks the
+// coordinator. (/readyz says whether calls can be decided now.)
+func (g *Gateway) Ready() <-chan struct{} { return g.toolsCh }
 
 // listTools returns the tools live workers offer, from the watched list,
 // or asks the coordinator when the watch has not delivered yet.

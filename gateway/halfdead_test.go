@@ -49,7 +49,7 @@ func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
 func awaitTools(t *testing.T, g *gateway.Gateway, within time.Duration) {
 	t.Helper()
 	select {
-	case <-g.ToolsArrived():
+	case <-g.Ready():
 	case <-time.After(within):
 		t.Fatalf("the gateway's tool watch did not deliver within %v", within)
 	}

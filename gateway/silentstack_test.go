@@ -47,7 +47,7 @@ func newSilentStack(t *testing.T, ttl time.Duration) *silentStack {
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(ctx, lis) }() // owned: waited in the cleanup
 	t.Cleanup(func() { stopWorker(); <-ran })
-	<-w.Attached()
+	<-w.Ready()
 	conn := co.Conn(t)
 	c := pb.NewCoordinatorServiceClient(conn)
 	_, st.url = testcluster.StartGateway(t, conn, gateway.Options{ProbeInterval: time.Second})

@@ -163,7 +163,7 @@ func exampleStack(register func(*worker.Worker), progress func(context.Context, 
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(ctx, workerLis) }()
 	stops = append(stops, func() { <-workerDone })
-	<-w.Attached()
+	<-w.Ready()
 
 	conn, err := dial.New(coordLis.Addr().String())
 	must(err)

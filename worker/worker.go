@@ -171,6 +171,10 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// Ready is closed once the worker has attached to a coordinator for the
+// first time, so its tools can be called.
+func (w *Worker) Ready() <-chan struct{} { return w.ctrl.attached }
+
 // Name is the worker's name.
 func (w *Worker) Name() string { return w.opts.Name }
 
@@ -283,7 +287,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	})
 	g.Go(func() error {
 		select {
-		case <-w.Attached():
+		case <-w.Ready():
 			hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		case <-ctx.Done():
 		}

@@ -128,7 +128,7 @@ func StartWorker(t testing.TB, opts worker.Options, register func(*worker.Worker
 	w.cancel = cancel
 	go func() { w.done <- w.Run(ctx, lis) }()
 	select {
-	case <-w.Attached():
+	case <-w.Ready():
 	case <-time.After(30 * time.Second):
 		t.Fatal("worker did not attach")
 	}

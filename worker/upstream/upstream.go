@@ -96,7 +96,7 @@ type Adapter struct {
 	subs        sharedSubs
 	calls       inflight     // for requests toward the client (toward.go)
 	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
-	start       startFailure // why it could not be started, for Started (conn.go)
+	start       startFailure // why it could not be started, for WaitReady (conn.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
