@@ -137,7 +137,7 @@ func (s *system) startWorker(ctx context.Context, log *slog.Logger, upstreamCmd 
 	go func() { defer close(done); w.Run(wctx, lis) }()
 	s.stops = append(s.stops, func() { cancel(); <-done })
 	select {
-	case <-w.Attached():
+	case <-w.Ready():
 	case <-done:
 		return errors.New("worker stopped before it attached")
 	case <-ctx.Done():
@@ -168,7 +168,7 @@ func (s *system) startGateway(log *slog.Logger) error {
 		return err
 	}
 	s.stops = append(s.stops, func() { conn.Close() })
-	s.gw = gateway.New(gateway.Options{Coordinator: pb.NewCoordinatorServiceClient(conn), Name: "bench-gateway", Logger: log.With("part", "gateway")})
+	s.gw = gateway.New(gateway.Options{Coordinator: conn, Name: "bench-gateway", Logger: log.With("part", "gateway")})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

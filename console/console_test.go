@@ -56,7 +56,7 @@ func newSystem(t *testing.T, access func(*http.Request) (console.Viewer, error))
 	t.Cleanup(func() { gs.Stop(); <-done })
 	conn := testcluster.Conn(t, lis.Addr().String())
 	testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "w1"}, demo.Register)
-	_, mcpURL := testcluster.StartGateway(t, co.Client(t), gateway.Options{Name: "g1"})
+	_, mcpURL := testcluster.StartGateway(t, co.Conn(t), gateway.Options{Name: "g1"})
 	client := mcp.NewClient(&mcp.Implementation{Name: "console-test", Version: "1"}, nil)
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: mcpURL, MaxRetries: -1}, nil)
 	if err != nil {

@@ -81,7 +81,7 @@ func New(opts Options) *Server {
 	if opts.Client == nil {
 		panic("coordinator: Options.Client is required")
 	}
-	setDefaults(&opts)
+	opts.setDefaults()
 	s := &Server{
 		opts:     opts,
 		cli:      opts.Client,
@@ -108,7 +108,8 @@ func New(opts Options) *Server {
 	return s
 }
 
-func setDefaults(o *Options) {
+// setDefaults fills in the default of every zero field.
+func (o *Options) setDefaults() {
 	if o.Prefix == "" {
 		o.Prefix = "/mcpcancel/v1/"
 	}
@@ -139,7 +140,9 @@ func setDefaults(o *Options) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	o.Tasks.setDefaults(o.MaxTimeout)
+	o.Tasks.setDefaults()
+	o.Tasks.MaxTTL = min(o.Tasks.MaxTTL, o.MaxTimeout)
+	o.Tasks.DefaultTTL = min(o.Tasks.DefaultTTL, o.Tasks.MaxTTL)
 }
 
 // Run serves until ctx is done: it keeps this replica's view of workers and

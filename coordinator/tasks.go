@@ -56,15 +56,15 @@ type TaskOptions struct {
 	PollInterval time.Duration
 }
 
-func (o *TaskOptions) setDefaults(maxTimeout time.Duration) {
+// setDefaults fills in the default of every zero field (Options'
+// setDefaults then bounds the TTLs by MaxTimeout).
+func (o *TaskOptions) setDefaults() {
 	if o.DefaultTTL == 0 {
 		o.DefaultTTL = time.Hour
 	}
 	if o.MaxTTL == 0 {
 		o.MaxTTL = 24 * time.Hour
 	}
-	o.MaxTTL = min(o.MaxTTL, maxTimeout)
-	o.DefaultTTL = min(o.DefaultTTL, o.MaxTTL)
 	if o.MaxPerPrincipal == 0 {
 		o.MaxPerPrincipal = 100
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -22,7 +23,8 @@ func askStack(t *testing.T) (*testcluster.Worker, []string) {
 	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
 	w := testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "asker"}, func(w *worker.Worker) {
 		w.Handle(worker.Tool{Name: "whoami", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(_ context.Context, call *worker.Call) (*worker.Result, error) {
 			return worker.Text(call.Session()), nil
@@ -34,7 +36,7 @@ func askStack(t *testing.T) (*testcluster.Worker, []string) {
 	})
 	var urls []string
 	for range 2 {
-		_, url := testcluster.StartGateway(t, c, gateway.Options{})
+		_, url := testcluster.StartGateway(t, conn, gateway.Options{})
 		urls = append(urls, url)
 	}
 	return w, urls

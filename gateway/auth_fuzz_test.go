@@ -1,9 +1,6 @@
 package gateway
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -18,52 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 )
-
-var fuzzKey = []byte("0123456789abcdef0123456789abcdef")
-
-func fuzzToken(claims string) string {
-	enc := base64.RawURLEncoding.EncodeToString
-	signed := enc([]byte(`{"alg":"HS256","kid":"k"}`)) + "." + enc([]byte(claims))
-	m := hmac.New(sha256.New, fuzzKey)
-	m.Write([]byte(signed))
-	return signed + "." + enc(m.Sum(nil))
-}
-
-// JWTs from clients: verification never panics, and whatever it accepts
-// has a subject, names the one trusted issuer, and grants only scopes
-// that are scope tokens.
-func FuzzJWT(f *testing.F) {
-	file := filepath.Join(f.TempDir(), "jwks.json")
-	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
-	os.WriteFile(file, []byte(`{"keys":[{"kty":"oct","kid":"k","k":"`+k+`"}]}`), 0o600)
-	auth, err := NewJWKS(file, JWTOptions{Issuer: "iss", Audience: "aud", Now: func() time.Time { return time.Unix(1e9, 0) }})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(fuzzToken(`{"iss":"iss","aud":"aud","sub":"a","exp":2000000000}`))
-	f.Add(fuzzToken(`{"iss":"iss","aud":["x","aud"],"sub":"a","exp":2e9,"nbf":1}`))
-	f.Add(fuzzToken(`{"iss":"iss","aud":"aud","sub":"a","exp":1}`))
-	f.Add("a.b.c")
-	f.Add("")
-	f.Fuzz(func(t *testing.T, token string) {
-		id, err := auth.verify(t.Context(), token)
-		if err != nil {
-			return
-		}
-		p := id.Principal
-		if !strings.HasPrefix(p, "jwt:iss:") || len(p) == len("jwt:iss:") || len(p) > maxPrincipalBytes {
-			t.Fatalf("accepted %q as %q", token, p)
-		}
-		for _, s := range id.Scopes {
-			if !validScope(s) {
-				t.Fatalf("accepted %q with scope %q, which cannot stand in a challenge", token, s)
-			}
-		}
-	})
-}
 
 // Whole HTTP requests against a gateway whose coordinator cannot be
 // reached (open, with a tokens file, and as an OAuth resource server with
@@ -84,14 +38,14 @@ func FuzzHTTPRequest(f *testing.F) {
 	}
 	tokens := filepath.Join(f.TempDir(), "tokens")
 	os.WriteFile(tokens, []byte("tok alice\n"), 0o600)
-	tf, err := NewTokenFile(tokens)
+	tf, err := auth.NewTokenFile(tokens)
 	if err != nil {
 		f.Fatal(err)
 	}
-	open := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second})
-	authed := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf})
-	oauth := New(Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CallTimeout: time.Second, Authenticator: tf,
-		Auth: &AuthOptions{Resource: "https://mcp.example/mcp", Requests: RateLimit{Rate: 1e6},
+	open := New(Options{Coordinator: conn, CallTimeout: time.Second})
+	authed := New(Options{Coordinator: conn, CallTimeout: time.Second, Authenticator: tf})
+	oauth := New(Options{Coordinator: conn, CallTimeout: time.Second, Authenticator: tf,
+		Auth: &AuthOptions{Resource: "https://mcp.example/mcp", Requests: auth.RateLimit{Rate: 1e6},
 			Policy: &authz.ToolPolicy{Required: []string{"mcp"}, Tools: map[string][]string{"echo": {"tools:echo"}}}}})
 	f.Cleanup(func() { open.Close(); authed.Close(); oauth.Close(); conn.Close() })
 	handlers := []http.Handler{open.Handler(), authed.Handler(), oauth.Handler()}
@@ -132,31 +86,3 @@ func FuzzHTTPRequest(f *testing.F) {
 }
 
 const initBody = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
-
-// JWK sets from a file or an identity provider: parsing never panics,
-// and a set it accepts has at least one and at most maxKeys keys, each
-// for signing and strong enough.
-func FuzzKeySetKeepsOnlyStrongSigningKeys(f *testing.F) {
-	k := base64.RawURLEncoding.EncodeToString(fuzzKey)
-	f.Add([]byte(`{"keys":[{"kty":"oct","kid":"k","k":"` + k + `"}]}`))
-	f.Add([]byte(`{"keys":[{"kty":"oct","k":"c2hvcnQ"}]}`))
-	f.Add([]byte(`{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"},{"kty":"OKP","crv":"Ed25519","x":"AA"}]}`))
-	f.Add([]byte(`{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB","use":"enc"}]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		keys, err := parseKeySet(b, 4)
-		if err != nil {
-			return
-		}
-		if len(keys) == 0 || len(keys) > 4 {
-			t.Fatalf("accepted %d keys", len(keys))
-		}
-		for _, key := range keys {
-			if u := key.Marshal().USE; u != "" && u != "sig" {
-				t.Fatalf("accepted a key for %q", u)
-			}
-			if err := strongEnough(key.Key()); err != nil {
-				t.Fatalf("accepted a weak key: %v", err)
-			}
-		}
-	})
-}

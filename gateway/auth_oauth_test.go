@@ -12,10 +12,12 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"google.golang.org/grpc"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
@@ -30,12 +32,13 @@ func whoami(_ context.Context, c *worker.Call) (*worker.Result, error) {
 }
 
 // coordinatorWithTools starts etcd, a coordinator and a worker with the
-// demo tools and whoami, and returns a client of the coordinator.
-func coordinatorWithTools(t *testing.T) pb.CoordinatorServiceClient {
+// demo tools and whoami, and returns a connection to the coordinator.
+func coordinatorWithTools(t *testing.T) *grpc.ClientConn {
 	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
 	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "w1"}, func(w *worker.Worker) {
 		demo.Register(w)
 		w.Handle(worker.Tool{Name: "whoami", Description: "Says who called."}, whoami)
@@ -44,18 +47,18 @@ func coordinatorWithTools(t *testing.T) pb.CoordinatorServiceClient {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) >= 4
 	})
-	return c
+	return conn
 }
 
 // oauthGateway is a gateway in front of the provider: keys found through
 // the issuer's metadata, a policy needing "mcp" for everything and
 // "tools:whoami" for whoami.
-func oauthGateway(t *testing.T, coord pb.CoordinatorServiceClient, p *provider, resource *string) string {
+func oauthGateway(t *testing.T, coord grpc.ClientConnInterface, p *provider, resource *string) string {
 	policy := &authz.ToolPolicy{Required: []string{"mcp"}, Tools: map[string][]string{"whoami": {"tools:whoami"}}}
 	return startAuthedGateway(t, coord, func(url string) gateway.Options {
 		*resource = url
 		p.set(url, 5*time.Minute)
-		jwks, err := gateway.NewRemoteJWKS(t.Context(), gateway.JWTOptions{Issuer: p.issuer, Audience: url, RefreshFloor: time.Millisecond})
+		jwks, err := auth.NewRemoteJWKS(t.Context(), auth.JWTOptions{Issuer: p.issuer, Audience: url, RefreshFloor: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,14 +10,15 @@ import (
 	"testing"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 )
 
-func tokensAuth(t *testing.T, lines string) gateway.Authenticator {
+func tokensAuth(t *testing.T, lines string) auth.Authenticator {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(file, []byte(lines), 0o600)
-	a, err := gateway.NewTokenFile(file)
+	a, err := auth.NewTokenFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

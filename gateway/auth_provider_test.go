@@ -19,8 +19,8 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 	"github.com/zitadel/oidc/v3/pkg/op"
 	"golang.org/x/oauth2/clientcredentials"
+	"google.golang.org/grpc"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 )
 
@@ -218,7 +218,7 @@ func (p *provider) tokenEndpoint(t *testing.T) string {
 
 // startAuthedGateway starts a gateway whose options may name its own URL
 // (the resource, the audience), which is known only once it listens.
-func startAuthedGateway(t *testing.T, coord pb.CoordinatorServiceClient, build func(url string) gateway.Options) string {
+func startAuthedGateway(t *testing.T, coord grpc.ClientConnInterface, build func(url string) gateway.Options) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
 	url := "http://" + srv.Listener.Addr().String() + "/mcp"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 )
 
 func workerInFlight(st *stack) func() int64 {
@@ -33,11 +34,11 @@ func workerInFlight(st *stack) func() int64 {
 func TestCannotCancelAnotherClientsCall(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(file, []byte("tok-a alice\ntok-b bob\n"), 0o600)
-	auth, err := gateway.NewTokenFile(file)
+	tokens, err := auth.NewTokenFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStack(t, stackOptions{gw: gateway.Options{Authenticator: auth}})
+	st := newStack(t, stackOptions{gw: gateway.Options{Authenticator: tokens}})
 	url := st.urls[0]
 	session := func(token string) string {
 		resp, _ := authedPost(t, url, token, "", initBody)

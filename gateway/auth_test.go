@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 )
 
@@ -28,11 +29,11 @@ func TestBearerTokens(t *testing.T) {
 	if err := os.WriteFile(file, []byte("# token principal\ns3cret-a alice\ns3cret-b bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	auth, err := gateway.NewTokenFile(file)
+	tokens, err := auth.NewTokenFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStack(t, stackOptions{gw: gateway.Options{Authenticator: auth}})
+	st := newStack(t, stackOptions{gw: gateway.Options{Authenticator: tokens}})
 	url := st.urls[0]
 	before := st.revision(t)
 	for _, token := range []string{"", "wrong"} {

@@ -35,7 +35,7 @@ func BenchmarkStdioCall(b *testing.B) {
 	cl := etcdtest.Single(b)
 	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
 	testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, demo.Register)
-	g, _ := testcluster.StartGateway(b, coord.Client(b), gateway.Options{})
+	g, _ := testcluster.StartGateway(b, coord.Conn(b), gateway.Options{})
 	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a short line of text to echo back"},"_meta":{"progressToken":%d}}}`
 	b.Run("seq", func(b *testing.B) {
 		c := openBenchConn(b, g)

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/faultproxy"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
@@ -19,7 +18,7 @@ import (
 func TestStdioDisconnectStopsHandlersBeforeTheDecision(t *testing.T) {
 	st := newStack(t, stackOptions{})
 	link := faultproxy.Start(t, st.coord.Addr)
-	g := gateway.New(gateway.Options{Coordinator: pb.NewCoordinatorServiceClient(testcluster.Conn(t, link.Addr()))})
+	g := gateway.New(gateway.Options{Coordinator: testcluster.Conn(t, link.Addr())})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)
 	c.initialize(t, "2025-11-25")

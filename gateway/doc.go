@@ -10,10 +10,11 @@
 // answered with an error. No line of a connection waits for another, and
 // no network write happens under a lock.
 //
-//	g := gateway.New(gateway.Options{Coordinator: coordinatorClient})
+//	conn, err := grpc.NewClient(coordinatorAddr, creds) // the coordinators
+//	g := gateway.New(gateway.Options{Coordinator: conn})
 //	defer g.Close()
-//	go g.Run(ctx)                     // follows the tool list until ctx ends
-//	err := g.ServeHTTP(ctx, lis, grace) // Streamable HTTP on lis
+//	go g.Run(ctx)                      // follows the tool list until ctx ends
+//	err = g.ServeHTTP(ctx, lis, grace) // Streamable HTTP on lis
 //	// or one client over stdio:
 //	err = g.ServeStdio(ctx, os.Stdin, os.Stdout)
 //

@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
@@ -25,20 +26,15 @@ import (
 var ErrClosed = errors.New("gateway: closed")
 
 // Options configures a gateway. The zero value of every field but
-// Coordinator (or CoordinatorConn) means its default.
+// Coordinator means its default.
 type Options struct {
-	// Coordinator is a client of the coordinator service. Required unless
-	// CoordinatorConn is set.
-	Coordinator pb.CoordinatorServiceClient
-	// CoordinatorConn, if set, is the connection to the coordinators that
-	// Coordinator and CoordinatorHealth default to, redialled when a
-	// Begin, Cancel or GetCall attempt goes unanswered (coordconn.go).
-	CoordinatorConn *dial.Conn
-	// CoordinatorHealth, if set, is the coordinators' gRPC health service,
-	// on the same connection: /readyz then means a coordinator can decide
-	// calls now (it reaches etcd and its watches are open), not only that
-	// one answers.
-	CoordinatorHealth healthpb.HealthClient
+	// Coordinator is the connection to the coordinators (required): the
+	// gateway calls their API on it, and their gRPC health service, so
+	// that /readyz means a coordinator can decide calls now (it reaches
+	// etcd and its watches are open), not only that one answers. A
+	// *dial.Conn is redialled when a Begin, Cancel or GetCall attempt
+	// goes unanswered (coordconn.go).
+	Coordinator grpc.ClientConnInterface
 	// Name identifies this replica in call records (default: random).
 	Name string
 	// CallTimeout bounds every tool call (default 10m).
@@ -60,7 +56,7 @@ type Options struct {
 	AllowedOrigins []string
 	// Authenticator names the principal of each HTTP request (nil: every
 	// client is "anonymous"). Unauthenticated requests get 401.
-	Authenticator Authenticator
+	Authenticator auth.Authenticator
 	// Auth, if set, adds OAuth resource-server metadata and challenges,
 	// per-tool scopes and lists, and per-principal rate limits (see
 	// AuthOptions).
@@ -90,9 +86,10 @@ type Options struct {
 
 // Gateway serves MCP clients.
 type Gateway struct {
-	opts  Options
-	coord pb.CoordinatorServiceClient
-	log   *slog.Logger
+	opts   Options
+	coord  pb.CoordinatorServiceClient
+	health healthpb.HealthClient // the coordinators' (server.go)
+	log    *slog.Logger
 
 	base     context.Context // lives until Close: calls run under it
 	stop     context.CancelFunc
@@ -130,59 +127,19 @@ func (g *Gateway) outboxLimit() int { return 4 * int(g.opts.MaxMessageBytes) }
 
 // New returns a gateway. Run must run for it to see the tool list.
 func New(opts Options) *Gateway {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.CoordinatorConn != nil {
-		cc := newCoordConn(opts.CoordinatorConn, opts.Logger)
-		if opts.Coordinator == nil {
-			opts.Coordinator = pb.NewCoordinatorServiceClient(cc)
-		}
-		if opts.CoordinatorHealth == nil {
-			opts.CoordinatorHealth = healthpb.NewHealthClient(cc)
-		}
-	}
 	if opts.Coordinator == nil {
-		panic("gateway: Options.Coordinator or CoordinatorConn is required")
+		panic("gateway: Options.Coordinator is required")
 	}
-	if opts.Name == "" {
-		opts.Name = "gateway-" + randid.New(6)
-	}
-	if len(opts.StateKey) == 0 {
-		opts.StateKey = make([]byte, stateKeyBytes)
-		rand.Read(opts.StateKey)
-	} else if len(opts.StateKey) != stateKeyBytes {
+	opts.setDefaults()
+	if len(opts.StateKey) != stateKeyBytes {
 		panic("gateway: Options.StateKey must be 32 bytes")
 	}
-	if opts.InputTimeout == 0 {
-		opts.InputTimeout = 10 * time.Minute
-	}
-	if opts.CallTimeout == 0 {
-		opts.CallTimeout = 10 * time.Minute
-	}
-	if opts.ScopeLimit == 0 {
-		opts.ScopeLimit = 256
-	}
-	if opts.GlobalLimit == 0 {
-		opts.GlobalLimit = 10000
-	}
-	if opts.MaxMessageBytes == 0 {
-		opts.MaxMessageBytes = 4 << 20
-	}
-	if opts.WriteTimeout == 0 {
-		opts.WriteTimeout = 10 * time.Second
-	}
-	if opts.ExecuteGrace == 0 {
-		opts.ExecuteGrace = 15 * time.Second
-	}
-	if opts.ProbeInterval == 0 {
-		opts.ProbeInterval = 5 * time.Second
-	}
-	if opts.Version == "" {
-		opts.Version = "dev"
+	conn := opts.Coordinator
+	if dc, ok := conn.(*dial.Conn); ok {
+		conn = newCoordConn(dc, opts.Logger)
 	}
 	g := &Gateway{
-		opts: opts, coord: opts.Coordinator, log: opts.Logger,
+		opts: opts, coord: pb.NewCoordinatorServiceClient(conn), health: healthpb.NewHealthClient(conn), log: opts.Logger,
 		sessions: map[*session]struct{}{}, live: map[*call]struct{}{}, workers: map[string]*grpc.ClientConn{},
 		toolsCh: make(chan struct{}), noCalls: make(chan struct{}),
 	}
@@ -190,6 +147,52 @@ func New(opts Options) *Gateway {
 	g.base, g.stop = context.WithCancel(context.Background())
 	g.metrics = newMetrics(g)
 	return g
+}
+
+// setDefaults fills in the default of every zero field.
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Name == "" {
+		o.Name = "gateway-" + randid.New(6)
+	}
+	if len(o.StateKey) == 0 {
+		o.StateKey = make([]byte, stateKeyBytes)
+		rand.Read(o.StateKey)
+	}
+	if o.InputTimeout == 0 {
+		o.InputTimeout = 10 * time.Minute
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = 10 * time.Minute
+	}
+	if o.ScopeLimit == 0 {
+		o.ScopeLimit = 256
+	}
+	if o.GlobalLimit == 0 {
+		o.GlobalLimit = 10000
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 4 << 20
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.ExecuteGrace == 0 {
+		o.ExecuteGrace = 15 * time.Second
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 5 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Auth != nil {
+		a := *o.Auth // the caller's stays as it was
+		a.setDefaults()
+		o.Auth = &a
+	}
 }
 
 // Run follows the coordinator's tool list and tells clients when it
@@ -239,10 +242,10 @@ func (g *Gateway) watchTools(ctx context.Context) error {
 	}
 }
 
-// ToolsArrived is closed once the coordinator's tool list first arrives
-// on the gateway's watch; until then each tools/list and tools/call asks
-// the coordinator.
-func (g *Gateway) ToolsArrived() <-chan struct{} { return g.toolsCh }
+// Ready is closed once the coordinator's tool list first arrives on the
+// gateway's watch; until then each tools/list and tools/call asks the
+// coordinator. (/readyz says whether calls can be decided now.)
+func (g *Gateway) Ready() <-chan struct{} { return g.toolsCh }
 
 // listTools returns the tools live workers offer, from the watched list,
 // or asks the coordinator when the watch has not delivered yet.

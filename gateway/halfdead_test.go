@@ -49,7 +49,7 @@ func newHalfDeadStack(t *testing.T, gw gateway.Options) *halfDeadStack {
 func awaitTools(t *testing.T, g *gateway.Gateway, within time.Duration) {
 	t.Helper()
 	select {
-	case <-g.ToolsArrived():
+	case <-g.Ready():
 	case <-time.After(within):
 		t.Fatalf("the gateway's tool watch did not deliver within %v", within)
 	}
@@ -76,8 +76,8 @@ func startHalfDeadStack(t *testing.T, gw gateway.Options, before func(*faultprox
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	gw.Name, gw.CoordinatorConn = "gw-halfdead", conn
-	g, url := testcluster.StartGateway(t, nil, gw)
+	gw.Name = "gw-halfdead"
+	g, url := testcluster.StartGateway(t, conn, gw)
 	st.url = url
 	return st, g
 }
@@ -291,7 +291,7 @@ func TestRedialSparesTheOtherCallsOnTheLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	g, url := testcluster.StartGateway(t, nil, gateway.Options{Name: "gw-slow", CoordinatorConn: conn})
+	g, url := testcluster.StartGateway(t, conn, gateway.Options{Name: "gw-slow"})
 	awaitTools(t, g, 15*time.Second)
 	sid := openSession(t, url)
 

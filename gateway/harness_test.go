@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
@@ -36,6 +37,7 @@ type stack struct {
 	cli      *clientv3.Client
 	coord    *testcluster.Coordinator
 	c        pb.CoordinatorServiceClient
+	conn     *grpc.ClientConn // c's, for gateways
 	w        *testcluster.Worker
 	gateways []*gateway.Gateway
 	urls     []string
@@ -52,14 +54,15 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	cl := etcdtest.Single(t)
 	st := &stack{cli: cl.Client()}
 	st.coord = testcluster.StartCoordinator(t, st.cli, o.coord)
-	st.c = st.coord.Client(t)
+	st.conn = st.coord.Conn(t)
+	st.c = pb.NewCoordinatorServiceClient(st.conn)
 	st.w = testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w1"}, demo.Register)
 	waitFor(t, "the demo tools", func() bool {
 		resp, err := st.c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) >= 3
 	})
 	for range max(o.gateways, 1) {
-		g, url := testcluster.StartGateway(t, st.c, o.gw)
+		g, url := testcluster.StartGateway(t, st.conn, o.gw)
 		st.gateways = append(st.gateways, g)
 		st.urls = append(st.urls, url)
 	}

@@ -41,7 +41,7 @@ func BenchmarkDeleteSession(b *testing.B) {
 			return nil, ctx.Err()
 		})
 	})
-	_, url := testcluster.StartGateway(b, coord.Client(b), gateway.Options{})
+	_, url := testcluster.StartGateway(b, coord.Conn(b), gateway.Options{})
 	for _, tool := range []string{"sleep", "slowstop"} {
 		b.Run(tool, func(b *testing.B) {
 			before := testcluster.HandledRPCs(b, coord.Server.Registry())

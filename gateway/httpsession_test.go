@@ -34,8 +34,9 @@ func TestDeleteCancelsEachCallOnce(t *testing.T) {
 			return nil, ctx.Err()
 		})
 	})
-	c := coord.Client(t)
-	_, url := testcluster.StartGateway(t, c, gateway.Options{})
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
+	_, url := testcluster.StartGateway(t, conn, gateway.Options{})
 	waitFor(t, "the hold tool", func() bool {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && slices.ContainsFunc(resp.Tools, func(tool *pb.Tool) bool { return tool.GetName() == "hold" })

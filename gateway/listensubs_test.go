@@ -117,8 +117,8 @@ func newSubStack(t testing.TB) *subStack {
 			return err == nil && len(resp.GetOffers()) > 0 && len(resp.GetTools()) > 0
 		})
 	}
-	st.gA, st.urlA = testcluster.StartGateway(t, cc0, gateway.Options{Name: "gA"})
-	st.gB, st.urlB = testcluster.StartGateway(t, cc1, gateway.Options{Name: "gB"})
+	st.gA, st.urlA = testcluster.StartGateway(t, c0.Conn(t), gateway.Options{Name: "gA"})
+	st.gB, st.urlB = testcluster.StartGateway(t, c1.Conn(t), gateway.Options{Name: "gB"})
 	return st
 }
 

@@ -19,9 +19,9 @@ var listenTaskCaps = map[string]any{"extensions": map[string]any{"io.modelcontex
 // caller's is left out of the acknowledgement, and a listen naming tasks
 // without declaring the extension is refused with -32021.
 func TestListenTaskNotifications(t *testing.T) {
-	h, c, _ := researchStack(t)
-	gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
-	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
+	h, conn, _ := researchStack(t)
+	gA, urlA := testcluster.StartGateway(t, conn, gateway.Options{})
+	_, urlB := testcluster.StartGateway(t, conn, gateway.Options{})
 	create := func() string {
 		t.Helper()
 		status, msgs := post26(t, urlA, request(1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{}, "_meta": envelope(listenTaskCaps)}),

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 )
@@ -38,7 +37,7 @@ func TestLostBeginReplyEndsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	_, url := testcluster.StartGateway(t, pb.NewCoordinatorServiceClient(conn), gateway.Options{Name: "gw-lost"})
+	_, url := testcluster.StartGateway(t, conn, gateway.Options{Name: "gw-lost"})
 
 	sid := openSession(t, url)
 	r := <-startCall(t, url, sid, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)

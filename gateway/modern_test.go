@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -41,12 +42,13 @@ func fixtureGateway(t *testing.T) (*gateway.Gateway, string) {
 		demo.Register(w)
 		demo.RegisterFixtures(w)
 	})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
 	waitFor(t, "the fixture tools", func() bool {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) > 10
 	})
-	return testcluster.StartGateway(t, c, gateway.Options{})
+	return testcluster.StartGateway(t, conn, gateway.Options{})
 }
 
 // envelope is a complete 2026-07-28 _meta; caps are the client's.

@@ -3,13 +3,16 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -36,33 +39,42 @@ type AuthOptions struct {
 	Policy *authz.ToolPolicy
 	// Sessions and Requests limit each principal's rate of new sessions
 	// (each an etcd write) and of requests; zero values do not limit.
-	Sessions, Requests RateLimit
+	Sessions, Requests auth.RateLimit
+}
+
+// codeRateLimited is the JSON-RPC error code of a request refused by a
+// rate limit (in the implementation-defined server error range).
+const codeRateLimited = -32029
+
+// setDefaults fills in the default of every zero field.
+func (o *AuthOptions) setDefaults() {
+	if o.ScopesSupported == nil {
+		o.ScopesSupported = o.Policy.Scopes()
+	}
 }
 
 // guard applies AuthOptions to HTTP requests.
 type guard struct {
 	opts     AuthOptions
 	metadata string // the metadata URL challenges name, or ""
-	sessions *limiters
-	requests *limiters
+	sessions *auth.Limiter
+	requests *auth.Limiter
 }
 
+// newGuard applies o, whose defaults are set (Options.setDefaults).
 func newGuard(o *AuthOptions) *guard {
 	g := &guard{}
 	if o == nil {
 		return g
 	}
 	g.opts = *o
-	if g.opts.ScopesSupported == nil {
-		g.opts.ScopesSupported = g.opts.Policy.Scopes()
-	}
 	if paths := metadataPaths(g.opts.Resource); len(paths) > 0 {
 		u, _ := url.Parse(g.opts.Resource)
 		u.Path, u.RawQuery, u.Fragment = paths[len(paths)-1], "", ""
 		g.metadata = u.String()
 	}
-	g.sessions = newLimiters(g.opts.Sessions)
-	g.requests = newLimiters(g.opts.Requests)
+	g.sessions = auth.NewLimiter(g.opts.Sessions)
+	g.requests = auth.NewLimiter(g.opts.Requests)
 	return g
 }
 
@@ -90,13 +102,9 @@ func (g *Gateway) registerMetadata(mux *http.ServeMux) {
 	if o == nil || o.Resource == "" {
 		return
 	}
-	scopes := o.ScopesSupported
-	if scopes == nil {
-		scopes = o.Policy.Scopes()
-	}
-	h := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+	h := sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: o.Resource, AuthorizationServers: o.AuthorizationServers,
-		ScopesSupported: scopes, BearerMethodsSupported: []string{"header"},
+		ScopesSupported: o.ScopesSupported, BearerMethodsSupported: []string{"header"},
 		ResourceName: "mcpcancel",
 	})
 	for _, p := range metadataPaths(o.Resource) {
@@ -160,11 +168,11 @@ func (h *httpTransport) admit(w http.ResponseWriter, r *http.Request, m *jsonrpc
 		writeErrorResponse(w, http.StatusForbidden, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "forbidden: %s", desc))
 		return false
 	}
-	if m.Method == "initialize" && !g.sessions.allow(w, principal) {
+	if m.Method == "initialize" && !allow(w, g.sessions, principal) {
 		writeErrorResponse(w, http.StatusTooManyRequests, m.ID, true, jsonrpc.Errorf(codeRateLimited, "rate limited: too many new sessions for this principal; retry after the Retry-After header's seconds"))
 		return false
 	}
-	if !g.requests.allow(w, principal) {
+	if !allow(w, g.requests, principal) {
 		writeErrorResponse(w, http.StatusTooManyRequests, m.ID, true, jsonrpc.Errorf(codeRateLimited, "rate limited: too many requests for this principal; retry after the Retry-After header's seconds"))
 		return false
 	}
@@ -186,4 +194,14 @@ func target(m *jsonrpc.Message) (tool, resource string) {
 		return "", p.URI
 	}
 	return "", ""
+}
+
+// allow spends a token of principal's bucket in l. When none is left it
+// sets Retry-After on w (whole seconds, rounded up) and reports false.
+func allow(w http.ResponseWriter, l *auth.Limiter, principal string) bool {
+	ok, after := l.Allow(principal)
+	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(after.Seconds()))))
+	}
+	return ok
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 )
 
 // rateLimited says whether an answer is the rate limit's: 429, a
@@ -33,8 +34,8 @@ func TestRateLimitsPerPrincipal(t *testing.T) {
 	st := newStack(t, stackOptions{gw: gateway.Options{
 		Authenticator: tokensAuth(t, "tok-a alice\ntok-b bob\n"),
 		Auth: &gateway.AuthOptions{
-			Sessions: gateway.RateLimit{Rate: slow, Burst: 2},
-			Requests: gateway.RateLimit{Rate: slow, Burst: 4},
+			Sessions: auth.RateLimit{Rate: slow, Burst: 2},
+			Requests: auth.RateLimit{Rate: slow, Burst: 4},
 		},
 	}})
 	url := st.urls[0]

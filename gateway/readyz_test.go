@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -24,7 +21,7 @@ func TestReadyzFollowsTheCoordinatorsHealth(t *testing.T) {
 	etcd := etcdtest.StartRestartable(t)
 	co := testcluster.StartCoordinator(t, etcd.Client(), coordinator.Options{HealthInterval: 50 * time.Millisecond, OpTimeout: time.Second})
 	conn := testcluster.Conn(t, co.Addr)
-	g := gateway.New(gateway.Options{Coordinator: pb.NewCoordinatorServiceClient(conn), CoordinatorHealth: healthgrpc.NewHealthClient(conn)})
+	g := gateway.New(gateway.Options{Coordinator: conn})
 	t.Cleanup(func() { g.Close() })
 	srv := httptest.NewServer(g.Mux())
 	t.Cleanup(srv.Close)

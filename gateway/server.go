@@ -26,8 +26,7 @@ func (g *Gateway) Mux() *http.ServeMux {
 }
 
 // ready answers 200 only while calls can be decided now: a coordinator
-// says it is SERVING (it reaches etcd, its watches are open), or, without
-// a health client, answers at all.
+// says it is SERVING (it reaches etcd, its watches are open).
 func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -39,13 +38,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) canDecide(ctx context.Context) error {
-	if g.opts.CoordinatorHealth == nil {
-		if _, err := g.coord.ListWorkers(ctx, &pb.ListWorkersRequest{}); err != nil {
-			return errors.New("the coordinator is unavailable")
-		}
-		return nil
-	}
-	resp, err := g.opts.CoordinatorHealth.Check(ctx, &healthpb.HealthCheckRequest{Service: pb.CoordinatorService_ServiceDesc.ServiceName})
+	resp, err := g.health.Check(ctx, &healthpb.HealthCheckRequest{Service: pb.CoordinatorService_ServiceDesc.ServiceName})
 	switch {
 	case err != nil:
 		return errors.New("the coordinator is unavailable")

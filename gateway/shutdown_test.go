@@ -20,7 +20,7 @@ func TestGracefulShutdown(t *testing.T) {
 	// cancel_lost instead.
 	const grace = 2 * time.Second
 	st := newStack(t, stackOptions{})
-	g := gateway.New(gateway.Options{Coordinator: st.c})
+	g := gateway.New(gateway.Options{Coordinator: st.conn})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -46,9 +47,10 @@ func newSilentStack(t *testing.T, ttl time.Duration) *silentStack {
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(ctx, lis) }() // owned: waited in the cleanup
 	t.Cleanup(func() { stopWorker(); <-ran })
-	<-w.Attached()
-	c := co.Client(t)
-	_, st.url = testcluster.StartGateway(t, c, gateway.Options{ProbeInterval: time.Second})
+	<-w.Ready()
+	conn := co.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
+	_, st.url = testcluster.StartGateway(t, conn, gateway.Options{ProbeInterval: time.Second})
 	waitFor(t, "the demo tools", func() bool {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) >= 3

@@ -24,7 +24,7 @@ import (
 func TestStdioClientThatStopsReadingIsCutOff(t *testing.T) {
 	const writeTimeout = 300 * time.Millisecond
 	st := newStack(t, stackOptions{})
-	g := gateway.New(gateway.Options{Coordinator: st.c, WriteTimeout: writeTimeout})
+	g := gateway.New(gateway.Options{Coordinator: st.conn, WriteTimeout: writeTimeout})
 	t.Cleanup(func() { g.Close() })
 
 	inR, inW := io.Pipe()
@@ -78,7 +78,7 @@ func TestHTTPClientThatStopsReadingIsCutOff(t *testing.T) {
 	const writeTimeout = 300 * time.Millisecond
 	const grace = time.Second
 	st := newStack(t, stackOptions{})
-	g := gateway.New(gateway.Options{Coordinator: st.c, WriteTimeout: writeTimeout})
+	g := gateway.New(gateway.Options{Coordinator: st.conn, WriteTimeout: writeTimeout})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -104,7 +104,7 @@ func (c *stdioConn) next(t *testing.T) map[string]any {
 // and EOF cancels what is still running.
 func TestStdioCancellationRules(t *testing.T) {
 	st := newStack(t, stackOptions{})
-	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: 20 * time.Millisecond})
+	g := gateway.New(gateway.Options{Coordinator: st.conn, PingInterval: 20 * time.Millisecond})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)
 	c.initialize(t, "2025-06-18")
@@ -205,7 +205,7 @@ func (h *heldWriter) Write(p []byte) (int, error) {
 // result goes out, and the cancel is audited once as cancel_lost.
 func TestLateCancelWhileTheResultIsWritten(t *testing.T) {
 	st := newStack(t, stackOptions{})
-	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: time.Hour, WriteTimeout: time.Minute})
+	g := gateway.New(gateway.Options{Coordinator: st.conn, PingInterval: time.Hour, WriteTimeout: time.Minute})
 	t.Cleanup(func() { g.Close() })
 	h := &heldWriter{marker: []byte(`"id":1,"result"`), held: make(chan struct{}), release: make(chan struct{})}
 	c := serveStdioVia(t, g, func(w io.Writer) io.Writer { h.w = w; return h })
@@ -265,7 +265,7 @@ func TestStdioLongPollHoldsUpNothing(t *testing.T) {
 		resp, err := st.c.ListTools(t.Context(), nil)
 		return err == nil && slices.ContainsFunc(resp.Tools, func(tl *pb.Tool) bool { return tl.GetName() == "slow_compute" })
 	})
-	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: time.Hour})
+	g := gateway.New(gateway.Options{Coordinator: st.conn, PingInterval: time.Hour})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)
 	c.initialize(t, "2025-11-25")
@@ -317,7 +317,7 @@ func TestStdioLongPollHoldsUpNothing(t *testing.T) {
 // picks it up as it registers. None of the calls is answered.
 func TestStdioCancelRightBehindItsRequest(t *testing.T) {
 	st := newStack(t, stackOptions{})
-	g := gateway.New(gateway.Options{Coordinator: st.c, PingInterval: time.Hour})
+	g := gateway.New(gateway.Options{Coordinator: st.conn, PingInterval: time.Hour})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)
 	c.initialize(t, "2025-11-25")

@@ -28,7 +28,7 @@ func BenchmarkStdioDisconnect(b *testing.B) {
 	cl := etcdtest.Start(b, 1, etcdtest.Options{Fsync: true})
 	coord := testcluster.StartCoordinator(b, cl.Client(), coordinator.Options{})
 	w := testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "storm"}, demo.Register)
-	g, _ := testcluster.StartGateway(b, coord.Client(b), gateway.Options{ScopeLimit: calls, GlobalLimit: calls})
+	g, _ := testcluster.StartGateway(b, coord.Conn(b), gateway.Options{ScopeLimit: calls, GlobalLimit: calls})
 	for b.Loop() {
 		b.StopTimer()
 		in, served := stormConn(b, g, w, calls)

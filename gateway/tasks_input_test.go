@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -83,14 +84,15 @@ func taskInputStack(t *testing.T, extra func(*worker.Worker)) (*etcdtest.Cluster
 			extra(w)
 		}
 	})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
 	waitFor(t, "the fixture tools", func() bool {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) > 10
 	})
 	key := []byte(strings.Repeat("k", 32))
-	_, a := testcluster.StartGateway(t, c, gateway.Options{StateKey: key})
-	_, b := testcluster.StartGateway(t, c, gateway.Options{StateKey: key})
+	_, a := testcluster.StartGateway(t, conn, gateway.Options{StateKey: key})
+	_, b := testcluster.StartGateway(t, conn, gateway.Options{StateKey: key})
 	return cl, []string{a, b}
 }
 

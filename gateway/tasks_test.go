@@ -16,6 +16,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
+	"google.golang.org/grpc"
 )
 
 // taskHold is a task tool whose handler runs until the test releases it,
@@ -35,7 +36,7 @@ func (h *taskHold) handle(_ context.Context, c *worker.Call) (*worker.Result, er
 
 // researchStack is etcd, a coordinator and a worker whose task tool
 // "research" runs each handler until the test releases it.
-func researchStack(t *testing.T) (*taskHold, pb.CoordinatorServiceClient, *etcdtest.Cluster) {
+func researchStack(t *testing.T) (*taskHold, *grpc.ClientConn, *etcdtest.Cluster) {
 	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
@@ -43,12 +44,12 @@ func researchStack(t *testing.T) (*taskHold, pb.CoordinatorServiceClient, *etcdt
 	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw"}, func(w *worker.Worker) {
 		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
 	})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
 	waitFor(t, "the task tool", func() bool {
-		resp, err := c.ListTools(t.Context(), nil)
+		resp, err := pb.NewCoordinatorServiceClient(conn).ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) == 1
 	})
-	return h, c, cl
+	return h, conn, cl
 }
 
 // rpc POSTs one request in a 2025 session and returns its response.
@@ -105,9 +106,9 @@ func errorCode(m map[string]any) float64 {
 // result is served by B after A is gone (closed: its Execute streams cut,
 // as a kill would cut them), and tasks/list on B shows both.
 func TestTasksAcrossReplicas(t *testing.T) {
-	h, c, cl := researchStack(t)
-	gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
-	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
+	h, conn, cl := researchStack(t)
+	gA, urlA := testcluster.StartGateway(t, conn, gateway.Options{})
+	_, urlB := testcluster.StartGateway(t, conn, gateway.Options{})
 	sa, sb := openSession(t, urlA), openSession(t, urlB)
 
 	// tools/list shows the tool's task support.
@@ -193,14 +194,14 @@ func TestTaskNotifications(t *testing.T) {
 			return worker.Text("stepped"), nil
 		})
 	})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
 	waitFor(t, "the task tool", func() bool {
-		resp, err := c.ListTools(t.Context(), nil)
+		resp, err := pb.NewCoordinatorServiceClient(conn).ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) == 1
 	})
 	// The gateway pings clients on their GET streams: the first ping says
 	// the stream is registered, so the task's notifications have a listener.
-	_, url := testcluster.StartGateway(t, c, gateway.Options{PingInterval: 50 * time.Millisecond})
+	_, url := testcluster.StartGateway(t, conn, gateway.Options{PingInterval: 50 * time.Millisecond})
 	s := openSession(t, url)
 	heard := getStream(t, url, s)
 	next := func(method string) map[string]any {
@@ -228,11 +229,11 @@ func TestTaskNotifications(t *testing.T) {
 // worker holds it (soak 8 found three tasks nobody started, failed by the
 // janitor past their deadline, when the gateway died in between).
 func TestTaskRunsWhenItsGatewayGoesAtOnce(t *testing.T) {
-	h, c, _ := researchStack(t)
-	_, urlB := testcluster.StartGateway(t, c, gateway.Options{})
+	h, conn, _ := researchStack(t)
+	_, urlB := testcluster.StartGateway(t, conn, gateway.Options{})
 	sb := openSession(t, urlB)
 	for i := range 5 {
-		gA, urlA := testcluster.StartGateway(t, c, gateway.Options{})
+		gA, urlA := testcluster.StartGateway(t, conn, gateway.Options{})
 		sa := openSession(t, urlA)
 		created := resultOf(t, rpc(t, urlA, sa, 1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}}))
 		id := created["task"].(map[string]any)["taskId"].(string)

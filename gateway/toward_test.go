@@ -44,7 +44,8 @@ func towardStackFull(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway,
 	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
 	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "toward"}, registerTowardTools)
 	waitFor(t, "the toward tools", func() bool {
 		resp, err := c.ListTools(t.Context(), nil)
@@ -53,7 +54,7 @@ func towardStackFull(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway,
 	var gs []*gateway.Gateway
 	var urls []string
 	for _, o := range opts {
-		g, url := testcluster.StartGateway(t, c, o)
+		g, url := testcluster.StartGateway(t, conn, o)
 		gs, urls = append(gs, g), append(urls, url)
 	}
 	return gs, urls, c

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
@@ -26,7 +27,8 @@ import (
 func TestURLElicitationRequiredAndComplete(t *testing.T) {
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
-	c := coord.Client(t)
+	conn := coord.Conn(t)
+	c := pb.NewCoordinatorServiceClient(conn)
 	w := testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "urls"}, func(w *worker.Worker) {
 		w.Handle(worker.Tool{Name: "connect", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 			var a struct {
@@ -42,8 +44,8 @@ func TestURLElicitationRequiredAndComplete(t *testing.T) {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.GetTools()) == 1
 	})
-	_, urlA := testcluster.StartGateway(t, c, gateway.Options{Name: "a"})
-	_, urlB := testcluster.StartGateway(t, c, gateway.Options{Name: "b"})
+	_, urlA := testcluster.StartGateway(t, conn, gateway.Options{Name: "a"})
+	_, urlB := testcluster.StartGateway(t, conn, gateway.Options{Name: "b"})
 
 	type client struct {
 		cs       *mcp.ClientSession

@@ -26,7 +26,7 @@ const maxDecideWait = time.Minute
 // The decision still comes from the coordinator: each call then ends as
 // its stop order says (finish), or, if none comes by decide_by, is
 // cancelled by the worker as a caller gone.
-func (w *Worker) CallersGone(ctx context.Context, req *pb.CallersGoneRequest) (*pb.CallersGoneResponse, error) {
+func (w service) CallersGone(ctx context.Context, req *pb.CallersGoneRequest) (*pb.CallersGoneResponse, error) {
 	if len(req.GetCallIds()) > maxCallersGone {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d call ids at once", maxCallersGone)
 	}

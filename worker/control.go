@@ -62,10 +62,6 @@ func newControl(w *Worker) *control {
 	return &control{w: w, wake: make(chan struct{}, 1), attached: make(chan struct{}), completing: map[uint64]chan *pb.CompleteReply{}}
 }
 
-// Attached is closed once the worker has attached to a coordinator for the
-// first time, so its tools can be called.
-func (w *Worker) Attached() <-chan struct{} { return w.ctrl.attached }
-
 // run attaches, and re-attaches after any failure, until ctx is done.
 func (c *control) run(ctx context.Context) error {
 	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}

@@ -58,7 +58,7 @@ type execution struct {
 }
 
 // Execute implements WorkerService.Execute.
-func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_ExecuteServer) error {
+func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_ExecuteServer) error {
 	run, args, err := w.admit(req)
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func (w *Worker) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		defer cancelDeadline()
 	}
 	e := &execution{
-		w:             w,
+		w:             w.Worker,
 		ref:           &pb.CallRef{CallId: req.GetCallId(), Fence: req.GetFence(), Worker: w.opts.Name},
 		stream:        stream,
 		cancel:        cancel,

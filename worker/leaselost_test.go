@@ -60,7 +60,7 @@ func TestLeaseLossSettlesTheCall(t *testing.T) {
 			<-done
 		}
 	}()
-	<-w.Attached()
+	<-w.Ready()
 
 	cc := dialT(t, clis.Addr().String())
 	cl := pb.NewCoordinatorServiceClient(cc)

@@ -136,7 +136,7 @@ func startOrderedEnv(t *testing.T) *orderedEnv {
 			<-done
 		}
 	})
-	<-env.w.Attached()
+	<-env.w.Ready()
 	env.coord = pb.NewCoordinatorServiceClient(dialT(t, clis.Addr().String()))
 	env.exec = pb.NewWorkerServiceClient(dialT(t, wlis.Addr().String()))
 	waitUntil(t, "the tool is offered", func() bool {

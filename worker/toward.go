@@ -355,7 +355,7 @@ func (e *execution) sendRunning(m *pb.ExecuteResponse) bool {
 
 // Answer implements WorkerService.Answer: the client's answer to a
 // request toward it, from any gateway replica.
-func (w *Worker) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerResponse, error) {
+func (w service) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerResponse, error) {
 	if req.GetAnswer() == nil {
 		return nil, status.Error(codes.InvalidArgument, "an answer needs a result or an error")
 	}

@@ -100,8 +100,6 @@ type Handler func(ctx context.Context, c *Call) (*Result, error)
 
 // Worker runs tool handlers for mcpcancel.
 type Worker struct {
-	pb.UnimplementedWorkerServiceServer
-
 	opts Options
 	log  *slog.Logger
 
@@ -131,20 +129,20 @@ type registered struct {
 	handler Handler
 }
 
-var _ pb.WorkerServiceServer = (*Worker)(nil)
+// service serves the WorkerService API that gateways call (Execute,
+// Answer, CallersGone; execute.go, toward.go, callersgone.go). It is a
+// type apart from Worker so that tool authors see only what they use;
+// Run registers it.
+type service struct {
+	pb.UnimplementedWorkerServiceServer
+	*Worker
+}
+
+var _ pb.WorkerServiceServer = service{}
 
 // New returns a worker with no tools.
 func New(opts Options) *Worker {
-	if opts.Name == "" {
-		host, _ := os.Hostname()
-		opts.Name = sanitizeName(host) + "-" + randid.New(4)
-	}
-	if opts.DrainTimeout == 0 {
-		opts.DrainTimeout = 30 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.setDefaults()
 	w := &Worker{
 		opts:    opts,
 		log:     opts.Logger.With("worker", opts.Name),
@@ -158,6 +156,24 @@ func New(opts Options) *Worker {
 	w.metrics = newMetrics(w)
 	return w
 }
+
+// setDefaults fills in the default of every zero field.
+func (o *Options) setDefaults() {
+	if o.Name == "" {
+		host, _ := os.Hostname()
+		o.Name = sanitizeName(host) + "-" + randid.New(4)
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Ready is closed once the worker has attached to a coordinator for the
+// first time, so its tools can be called.
+func (w *Worker) Ready() <-chan struct{} { return w.ctrl.attached }
 
 // Name is the worker's name.
 func (w *Worker) Name() string { return w.opts.Name }
@@ -248,7 +264,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	w.coord = pb.NewCoordinatorServiceClient(conn)
 
 	srv := grpcserver.New(w.log, w.metrics.reg, grpcserver.Keepalive{}, w.opts.ServerOptions...)
-	pb.RegisterWorkerServiceServer(srv, w)
+	pb.RegisterWorkerServiceServer(srv, service{Worker: w})
 	// Not serving (grpc.health.v1, a pod's readiness) until attached: only
 	// then can the worker be given calls.
 	hs := health.NewServer()
@@ -271,7 +287,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	})
 	g.Go(func() error {
 		select {
-		case <-w.Attached():
+		case <-w.Ready():
 			hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		case <-ctx.Done():
 		}

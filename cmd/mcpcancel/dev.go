@@ -239,7 +239,7 @@ func startDevWorker(ctx context.Context, stderr io.Writer, coord string, o *devF
 	go func() { done <- w.Run(wctx, lis) }()
 	stopWorker := func() { stop(); <-done; stopUpstream() }
 	select {
-	case <-w.Attached():
+	case <-w.Ready():
 		return lis.Addr().String(), stopWorker, nil
 	case err := <-done:
 		stop()
@@ -267,7 +267,7 @@ func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFla
 		return nil, err
 	}
 	stop := startAdapter(ctx, a)
-	if err := o.upstream.waitStarted(ctx, stderr, a); err != nil {
+	if err := o.upstream.waitReady(ctx, stderr, a); err != nil {
 		stop()
 		if ctx.Err() != nil {
 			return nil, err
@@ -281,12 +281,12 @@ func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFla
 // before saying what it waits for.
 const startNoteAfter = 2 * time.Second
 
-// waitStarted waits for a's server to start (upstream.Adapter.Started),
+// waitReady waits for a's server to start (upstream.Adapter.WaitReady),
 // saying on stderr what it waits for once that takes a while (npx may be
 // downloading the server).
-func (u *upstreamFlags) waitStarted(ctx context.Context, stderr io.Writer, a *upstream.Adapter) error {
+func (u *upstreamFlags) waitReady(ctx context.Context, stderr io.Writer, a *upstream.Adapter) error {
 	quiet, cancel := context.WithTimeout(ctx, startNoteAfter)
-	err := a.Started(quiet)
+	err := a.WaitReady(quiet)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 		return err
@@ -296,5 +296,5 @@ func (u *upstreamFlags) waitStarted(ctx context.Context, stderr io.Writer, a *up
 		what = u.stdio
 	}
 	fmt.Fprintf(stderr, "waiting for the upstream MCP server (%s) to answer initialize, up to %v (--upstream-connect-timeout)\n", what, u.connectWait)
-	return a.Started(ctx)
+	return a.WaitReady(ctx)
 }

@@ -12,10 +12,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
 	"github.com/mcpcancel/mcpcancel/internal/dial"
 	"github.com/mcpcancel/mcpcancel/internal/tlsconfig"
@@ -81,10 +80,10 @@ func (o *gatewayFlags) check() error {
 
 // authenticator returns the configured authenticator, or nil (warning
 // loudly when the gateway listens beyond loopback without one).
-func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, error) {
-	var auths []gateway.Authenticator
+func (o *gatewayFlags) authenticator(log *slog.Logger) (auth.Authenticator, error) {
+	var auths []auth.Authenticator
 	if o.tokensFile != "" {
-		a, err := gateway.NewTokenFile(o.tokensFile)
+		a, err := auth.NewTokenFile(o.tokensFile)
 		if err != nil {
 			return nil, err
 		}
@@ -98,7 +97,7 @@ func (o *gatewayFlags) authenticator(log *slog.Logger) (gateway.Authenticator, e
 		auths = append(auths, a)
 	}
 	if len(auths) > 0 {
-		return gateway.AnyOf(auths...), nil
+		return auth.AnyOf(auths...), nil
 	}
 	if host, _, err := net.SplitHostPort(o.http); !o.stdio && err == nil {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -118,17 +117,11 @@ func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) 
 			origins = append(origins, s)
 		}
 	}
-	opts := gateway.Options{
+	return gateway.Options{
 		Name: o.name, CallTimeout: o.callTimeout, ScopeLimit: o.scopeLimit, WriteTimeout: o.writeTimeout,
 		GlobalLimit: o.globalLimit, PingInterval: o.ping, AllowedOrigins: origins, Version: cmdline.Version(), Logger: log,
-		Auth: o.oauth.options(o), StateKey: o.stateKey,
+		Auth: o.oauth.options(o), StateKey: o.stateKey, Coordinator: conn,
 	}
-	if dc, ok := conn.(*dial.Conn); ok {
-		opts.CoordinatorConn = dc
-	} else {
-		opts.Coordinator, opts.CoordinatorHealth = pb.NewCoordinatorServiceClient(conn), healthgrpc.NewHealthClient(conn)
-	}
-	return opts
 }
 
 func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {

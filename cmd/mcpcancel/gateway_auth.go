@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
 )
@@ -23,7 +24,7 @@ type oauthFlags struct {
 	sessionBurst, requestBurst                            int
 
 	policy *authz.ToolPolicy
-	remote *gateway.JWKS // to close
+	remote *auth.JWKS // to close
 }
 
 func (a *oauthFlags) register(f *cmdline.Flags) {
@@ -68,8 +69,8 @@ func (a *oauthFlags) check(o *gatewayFlags) error {
 
 // jwks builds the JWT authenticator: keys from the file, the URL, or
 // the issuer's metadata.
-func (a *oauthFlags) jwks(o *gatewayFlags, log *slog.Logger) (*gateway.JWKS, error) {
-	opts := gateway.JWTOptions{
+func (a *oauthFlags) jwks(o *gatewayFlags, log *slog.Logger) (*auth.JWKS, error) {
+	opts := auth.JWTOptions{
 		Issuer: o.jwtIssuer, Audience: o.jwtAudience, Types: list(a.jwtTypes),
 		JWKSURL: a.jwksURL, RefreshInterval: a.refresh, Logger: log,
 	}
@@ -77,13 +78,13 @@ func (a *oauthFlags) jwks(o *gatewayFlags, log *slog.Logger) (*gateway.JWKS, err
 		opts.Audience = a.publicURL
 	}
 	if o.jwksFile != "" {
-		j, err := gateway.NewJWKS(o.jwksFile, opts)
+		j, err := auth.NewJWKS(o.jwksFile, opts)
 		if err != nil {
 			return nil, cmdline.Usage(err)
 		}
 		return j, nil
 	}
-	j, err := gateway.NewRemoteJWKS(context.Background(), opts)
+	j, err := auth.NewRemoteJWKS(context.Background(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +103,8 @@ func (a *oauthFlags) options(o *gatewayFlags) *gateway.AuthOptions {
 	}
 	return &gateway.AuthOptions{
 		Resource: a.publicURL, AuthorizationServers: servers, Policy: a.policy,
-		Sessions: gateway.RateLimit{Rate: a.sessionRate, Burst: a.sessionBurst},
-		Requests: gateway.RateLimit{Rate: a.requestRate, Burst: a.requestBurst},
+		Sessions: auth.RateLimit{Rate: a.sessionRate, Burst: a.sessionBurst},
+		Requests: auth.RateLimit{Rate: a.requestRate, Burst: a.requestBurst},
 	}
 }
 

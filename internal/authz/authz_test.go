@@ -66,13 +66,17 @@ func startCoordinator(t *testing.T, src *tlsconfig.Source) string {
 }
 
 func coordClient(t *testing.T, addr string, src *tlsconfig.Source) pb.CoordinatorServiceClient {
+	return pb.NewCoordinatorServiceClient(coordConn(t, addr, src))
+}
+
+func coordConn(t *testing.T, addr string, src *tlsconfig.Source) *grpc.ClientConn {
 	t.Helper()
 	conn, err := dial.New(addr, src.DialOption(tlsconfig.RoleCoordinator))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return pb.NewCoordinatorServiceClient(conn)
+	return conn
 }
 
 func workerClient(t *testing.T, addr string, creds grpc.DialOption) pb.WorkerServiceClient {
@@ -105,8 +109,9 @@ func TestRoles(t *testing.T) {
 		ServerOptions: append([]grpc.ServerOption{wsrc.ServerOption()}, authz.Worker().ServerOptions()...),
 	}, demo.Register)
 	gsrc := load(t, ca.Issue(t, tlsconfig.RoleGateway, "gw"))
-	gw := coordClient(t, coordAddr, gsrc)
-	_, url := testcluster.StartGateway(t, gw, gateway.Options{WorkerDialOptions: []grpc.DialOption{gsrc.DialOption(tlsconfig.RoleWorker)}})
+	gwConn := coordConn(t, coordAddr, gsrc)
+	gw := pb.NewCoordinatorServiceClient(gwConn)
+	_, url := testcluster.StartGateway(t, gwConn, gateway.Options{WorkerDialOptions: []grpc.DialOption{gsrc.DialOption(tlsconfig.RoleWorker)}})
 	testcluster.WaitFor(t, "the demo tools", func() bool {
 		resp, err := gw.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) >= 3

@@ -35,15 +35,20 @@ type Keepalive struct {
 	Timeout time.Duration
 }
 
-// Option is the dial option of k. It pings even with no stream open, which
-// the servers of grpcserver permit.
-func (k Keepalive) Option() grpc.DialOption {
+// setDefaults fills in the default of every zero (or negative) field.
+func (k *Keepalive) setDefaults() {
 	if k.Time <= 0 {
 		k.Time = 10 * time.Second
 	}
 	if k.Timeout <= 0 {
 		k.Timeout = 5 * time.Second
 	}
+}
+
+// Option is the dial option of k. It pings even with no stream open, which
+// the servers of grpcserver permit.
+func (k Keepalive) Option() grpc.DialOption {
+	k.setDefaults()
 	return grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: k.Time, Timeout: k.Timeout, PermitWithoutStream: true})
 }
 

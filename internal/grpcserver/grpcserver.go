@@ -44,7 +44,8 @@ type Keepalive struct {
 	MinPing time.Duration
 }
 
-func (k Keepalive) withDefaults() Keepalive {
+// setDefaults fills in the default of every zero (or negative) field.
+func (k *Keepalive) setDefaults() {
 	if k.Time <= 0 {
 		k.Time = 10 * time.Second
 	}
@@ -54,14 +55,13 @@ func (k Keepalive) withDefaults() Keepalive {
 	if k.MinPing <= 0 {
 		k.MinPing = time.Second
 	}
-	return k
 }
 
 // ServerOptions are k's keepalive parameters and enforcement policy.
 // Clients may ping with no stream open: an idle connection to a dead peer
 // is found before a call is placed on it.
 func (k Keepalive) ServerOptions() []grpc.ServerOption {
-	k = k.withDefaults()
+	k.setDefaults()
 	return []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: k.Time, Timeout: k.Timeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: k.MinPing, PermitWithoutStream: true}),

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 )
@@ -22,8 +22,8 @@ const AuditPrefix = "/mcpcancel/v1/audit/"
 
 // StartGateway runs a gateway (and its tool watch) behind an HTTP test
 // server on loopback and returns it with its MCP endpoint URL. opts'
-// Coordinator is set to coord.
-func StartGateway(t testing.TB, coord pb.CoordinatorServiceClient, opts gateway.Options) (*gateway.Gateway, string) {
+// Coordinator is set to coord, the connection to the coordinators.
+func StartGateway(t testing.TB, coord grpc.ClientConnInterface, opts gateway.Options) (*gateway.Gateway, string) {
 	t.Helper()
 	opts.Coordinator = coord
 	g := gateway.New(opts)

@@ -83,8 +83,11 @@ func (c *Coordinator) Stop() {
 
 // Client dials the replica.
 func (c *Coordinator) Client(t testing.TB) pb.CoordinatorServiceClient {
-	return pb.NewCoordinatorServiceClient(Conn(t, c.Addr))
+	return pb.NewCoordinatorServiceClient(c.Conn(t))
 }
+
+// Conn dials the replica, for a gateway (gateway.Options.Coordinator).
+func (c *Coordinator) Conn(t testing.TB) *grpc.ClientConn { return Conn(t, c.Addr) }
 
 // Conn dials target in plaintext and closes the connection at test end.
 func Conn(t testing.TB, target string) *grpc.ClientConn {
@@ -125,7 +128,7 @@ func StartWorker(t testing.TB, opts worker.Options, register func(*worker.Worker
 	w.cancel = cancel
 	go func() { w.done <- w.Run(ctx, lis) }()
 	select {
-	case <-w.Attached():
+	case <-w.Ready():
 	case <-time.After(30 * time.Second):
 		t.Fatal("worker did not attach")
 	}

@@ -72,7 +72,7 @@ func startSystem(t *testing.T) string {
 		demo.Register(w)
 		demo.RegisterFixtures(w)
 	})
-	_, url := testcluster.StartGateway(t, coord.Client(t), gateway.Options{})
+	_, url := testcluster.StartGateway(t, coord.Conn(t), gateway.Options{})
 	return url
 }
 

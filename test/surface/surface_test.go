@@ -49,7 +49,7 @@ func startSystem(t *testing.T, register func(*worker.Worker)) *system {
 	e := etcdtest.Single(t)
 	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
 	s := &system{etcd: e.Client(), coord: c.Client(t)}
-	s.gw, s.url = testcluster.StartGateway(t, s.coord, gateway.Options{})
+	s.gw, s.url = testcluster.StartGateway(t, c.Conn(t), gateway.Options{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: c.Addr, Name: "w"}, register)
 	return s
 }

@@ -57,7 +57,7 @@ func newStack(t *testing.T) *stack {
 	st := &stack{cli: cl.Client()}
 	st.coord = testcluster.StartCoordinator(t, st.cli, coordinator.Options{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w1"}, demo.Register)
-	_, st.url = testcluster.StartGateway(t, st.coord.Client(t), gateway.Options{})
+	_, st.url = testcluster.StartGateway(t, st.coord.Conn(t), gateway.Options{})
 	return st
 }
 

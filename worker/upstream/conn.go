@@ -118,12 +118,12 @@ func exitedOnItsOwn(cmd *exec.Cmd) string {
 	return ps.String()
 }
 
-// Started waits until the server's tools were first registered (nil), or
+// WaitReady waits until the server's tools were first registered (nil), or
 // until an attempt to start or connect to it failed before that (that
 // attempt's error, naming the command or URL, with the last lines the
 // command wrote to stderr), or until ctx is done. Run keeps retrying
 // meanwhile: a caller that gives up on the error stops Run.
-func (a *Adapter) Started(ctx context.Context) error {
+func (a *Adapter) WaitReady(ctx context.Context) error {
 	select {
 	case <-a.ready:
 		return nil
@@ -140,7 +140,7 @@ func (a *Adapter) Started(ctx context.Context) error {
 }
 
 // startFailure is the first failure to start or connect to the server,
-// for Started. Its zero value is ready to use.
+// for WaitReady. Its zero value is ready to use.
 type startFailure struct {
 	mu    sync.Mutex
 	first error         // guarded by mu

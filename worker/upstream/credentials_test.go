@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
@@ -59,14 +60,14 @@ func authedStack(t *testing.T, opts upstream.Options, clientToken string) *stack
 	t.Helper()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(tokens, []byte(clientToken+" alice\n"), 0o600)
-	auth, err := gateway.NewTokenFile(tokens)
+	tf, err := auth.NewTokenFile(tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := etcdtest.Single(t)
 	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
 	st := &stack{etcd: e.Client(), coord: c.Client(t), coordAddr: c.Addr}
-	st.gw, st.url = testcluster.StartGateway(t, st.coord, gateway.Options{Authenticator: auth})
+	st.gw, st.url = testcluster.StartGateway(t, c.Conn(t), gateway.Options{Authenticator: tf})
 	st.adapter, st.stopAdapter = st.startAdapter(t, "adapter", opts)
 	return st
 }

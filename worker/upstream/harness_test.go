@@ -70,7 +70,7 @@ func startBare(t testing.TB) *stack {
 	e := etcdtest.Single(t)
 	c := testcluster.StartCoordinator(t, e.Client(), coordinator.Options{})
 	st := &stack{etcd: e.Client(), coord: c.Client(t), coordAddr: c.Addr}
-	st.gw, st.url = testcluster.StartGateway(t, st.coord, gateway.Options{})
+	st.gw, st.url = testcluster.StartGateway(t, c.Conn(t), gateway.Options{})
 	return st
 }
 

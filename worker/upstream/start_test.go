@@ -10,10 +10,10 @@ import (
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
-// TestStartedSaysWhyTheServerDidNotStart: Started returns the first
+// TestWaitReadySaysWhyTheServerDidNotStart: WaitReady returns the first
 // failure to start the server, naming the command, saying how it ended,
 // and quoting the last of its stderr, while Run goes on retrying.
-func TestStartedSaysWhyTheServerDidNotStart(t *testing.T) {
+func TestWaitReadySaysWhyTheServerDidNotStart(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		command []string
@@ -36,15 +36,15 @@ func TestStartedSaysWhyTheServerDidNotStart(t *testing.T) {
 			go func() { ran <- a.Run(ctx) }() // waited for below
 			wait, stop := context.WithTimeout(t.Context(), 10*time.Second)
 			defer stop()
-			err := a.Started(wait)
+			err := a.WaitReady(wait)
 			cancel()
 			<-ran
 			if err == nil {
-				t.Fatal("Started = nil for a server that cannot start")
+				t.Fatal("WaitReady = nil for a server that cannot start")
 			}
 			for _, want := range tc.want {
 				if !strings.Contains(err.Error(), want) {
-					t.Errorf("Started = %q, want it to say %q", err, want)
+					t.Errorf("WaitReady = %q, want it to say %q", err, want)
 				}
 			}
 		})

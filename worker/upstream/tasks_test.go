@@ -33,7 +33,7 @@ func TestResearchQueryAsTask(t *testing.T) {
 	if ts := tools[researchTool].GetTaskSupport(); ts != "required" {
 		t.Fatalf("the adapter offers %s with task support %q, want required", researchTool, ts)
 	}
-	_, urlB := testcluster.StartGateway(t, st.coord, gateway.Options{})
+	_, urlB := testcluster.StartGateway(t, testcluster.Conn(t, st.coordAddr), gateway.Options{})
 	sa, sb := taskSession(t, st.url), taskSession(t, urlB)
 	if code := taskErrorCode(taskRPC(t, st.url, sa, 1, "tools/call", map[string]any{"name": researchTool, "arguments": map[string]any{"topic": "x"}})); code != -32601 {
 		t.Fatalf("a plain call of a task-only tool: code %v, want -32601", code)

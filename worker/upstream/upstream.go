@@ -96,7 +96,7 @@ type Adapter struct {
 	subs        sharedSubs
 	calls       inflight     // for requests toward the client (toward.go)
 	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
-	start       startFailure // why it could not be started, for Started (conn.go)
+	start       startFailure // why it could not be started, for WaitReady (conn.go)
 
 	mu      sync.Mutex
 	sess    *mcp.ClientSession // nil while (re)connecting
@@ -113,30 +113,7 @@ func New(w *worker.Worker, opts Options) *Adapter {
 	if (len(opts.Command) == 0) == (opts.URL == "") {
 		panic("upstream: set exactly one of Options.Command and Options.URL")
 	}
-	if opts.ConnectWait <= 0 {
-		opts.ConnectWait = 30 * time.Second
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = 100 * time.Millisecond
-	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = 10 * time.Second
-	}
-	if opts.TerminateWait <= 0 {
-		opts.TerminateWait = 2 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Config == nil {
-		opts.Config = &Config{}
-	}
-	if opts.Sessions == "" {
-		opts.Sessions = PerClient
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = defaultSessionIdleClose
-	}
+	opts.setDefaults()
 	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), changed: make(chan struct{}), ready: make(chan struct{})}
 	if opts.MaxConcurrency > 0 {
 		a.sem = make(chan struct{}, opts.MaxConcurrency)
@@ -148,6 +125,34 @@ func New(w *worker.Worker, opts Options) *Adapter {
 	}
 	w.OnSessionEnd(a.subs.forgetSession)
 	return a
+}
+
+// setDefaults fills in the default of every zero (or negative) field.
+func (o *Options) setDefaults() {
+	if o.ConnectWait <= 0 {
+		o.ConnectWait = 30 * time.Second
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 10 * time.Second
+	}
+	if o.TerminateWait <= 0 {
+		o.TerminateWait = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Config == nil {
+		o.Config = &Config{}
+	}
+	if o.Sessions == "" {
+		o.Sessions = PerClient
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = defaultSessionIdleClose
+	}
 }
 
 func (o Options) describe() string {

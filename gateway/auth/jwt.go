@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"context"
@@ -52,10 +52,16 @@ type JWTOptions struct {
 	Logger *slog.Logger
 }
 
-func (o *JWTOptions) fill() error {
+// check refuses options that name no issuer or no audience.
+func (o *JWTOptions) check() error {
 	if o.Issuer == "" || o.Audience == "" {
-		return errors.New("gateway: JWT authentication needs an issuer and an audience")
+		return errors.New("auth: JWT authentication needs an issuer and an audience")
 	}
+	return nil
+}
+
+// setDefaults fills in the default of every zero field.
+func (o *JWTOptions) setDefaults() {
 	if o.Leeway == 0 {
 		o.Leeway = 30 * time.Second
 	}
@@ -80,7 +86,6 @@ func (o *JWTOptions) fill() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
 }
 
 // algorithms are the signature algorithms accepted; "none" never is.
@@ -110,9 +115,10 @@ type JWKS struct {
 // NewJWKS reads the key set at path (reread when it changes) and returns
 // an authenticator backed by it.
 func NewJWKS(path string, opts JWTOptions) (*JWKS, error) {
-	if err := opts.fill(); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	opts.setDefaults()
 	f, err := newFileKeys(path, opts.MaxKeys)
 	if err != nil {
 		return nil, err
@@ -124,9 +130,10 @@ func NewJWKS(path string, opts JWTOptions) (*JWKS, error) {
 // the issuer's metadata names, and keeps it fresh in the background
 // until Close. It fails if the first fetch does.
 func NewRemoteJWKS(ctx context.Context, opts JWTOptions) (*JWKS, error) {
-	if err := opts.fill(); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	opts.setDefaults()
 	u := opts.JWKSURL
 	if u == "" {
 		var err error

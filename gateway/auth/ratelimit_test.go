@@ -1,7 +1,6 @@
-package gateway
+package auth
 
 import (
-	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -10,21 +9,17 @@ import (
 // to retry, and idle (full) buckets are swept once the map is big.
 func TestLimiterRefillsAndSweeps(t *testing.T) {
 	now := time.Unix(1e9, 0)
-	ls := newLimiters(RateLimit{Rate: 0.5, Burst: 2}) // a token every 2s
+	ls := NewLimiter(RateLimit{Rate: 0.5, Burst: 2}) // a token every 2s
 	ls.now = func() time.Time { return now }
-	allow := func(p string) (bool, string) {
-		w := httptest.NewRecorder()
-		ok := ls.allow(w, p)
-		return ok, w.Header().Get("Retry-After")
-	}
+	allow := ls.Allow
 	for i := range 2 {
 		if ok, _ := allow("alice"); !ok {
 			t.Fatalf("request %d within the burst refused", i)
 		}
 	}
 	for range 3 {
-		if ok, retry := allow("alice"); ok || retry != "2" {
-			t.Fatalf("past the burst: allowed %v, Retry-After %q", ok, retry)
+		if ok, retry := allow("alice"); ok || retry != 2*time.Second {
+			t.Fatalf("past the burst: allowed %v, retry after %v", ok, retry)
 		}
 	}
 	now = now.Add(2 * time.Second)
@@ -41,7 +36,7 @@ func TestLimiterRefillsAndSweeps(t *testing.T) {
 	if n := len(ls.by); n > maxLimiters {
 		t.Fatalf("%d buckets kept, more than %d", n, maxLimiters)
 	}
-	if newLimiters(RateLimit{}) != nil {
+	if NewLimiter(RateLimit{}) != nil {
 		t.Fatal("a zero rate limits")
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"context"
@@ -96,7 +96,7 @@ func newFileKeys(path string, maxKeys int) (*fileKeys, error) {
 	parse := func(b []byte) ([]jwkset.JWK, error) {
 		keys, err := parseKeySet(b, maxKeys)
 		if err != nil {
-			return nil, fmt.Errorf("gateway: JWKS file: %w", err)
+			return nil, fmt.Errorf("auth: JWKS file: %w", err)
 		}
 		return keys, nil
 	}
@@ -159,7 +159,7 @@ func newRemoteKeys(ctx context.Context, url string, o *JWTOptions) (*remoteKeys,
 		floor: rate.NewLimiter(rate.Every(o.RefreshFloor), 1), done: make(chan struct{}),
 	}
 	if err := r.fetch(ctx); err != nil {
-		return nil, fmt.Errorf("gateway: JWKS %s: %w", url, err)
+		return nil, fmt.Errorf("auth: JWKS %s: %w", url, err)
 	}
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = stop

@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func discoverJWKS(ctx context.Context, c *http.Client, issuer string) (string, e
 		}
 		errs = append(errs, err)
 	}
-	return "", fmt.Errorf("gateway: no metadata of issuer %s names a JWKS: %w", issuer, errors.Join(errs...))
+	return "", fmt.Errorf("auth: no metadata of issuer %s names a JWKS: %w", issuer, errors.Join(errs...))
 }
 
 func jwksFrom(ctx context.Context, c *http.Client, metadataURL, issuer string) (string, error) {

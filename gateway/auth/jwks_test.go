@@ -1,4 +1,4 @@
-package gateway_test
+package auth_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpcancel/mcpcancel/gateway"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
+	"github.com/mcpcancel/mcpcancel/internal/jwttest"
 )
 
 // jwksServer serves a key set that the test can change, and counts the
@@ -24,7 +25,7 @@ type jwksServer struct {
 	url     string
 }
 
-func startJWKSServer(t *testing.T, signers ...*signer) *jwksServer {
+func startJWKSServer(t *testing.T, signers ...*jwttest.Signer) *jwksServer {
 	t.Helper()
 	s := &jwksServer{status: http.StatusOK}
 	s.set(signers...)
@@ -40,10 +41,10 @@ func startJWKSServer(t *testing.T, signers ...*signer) *jwksServer {
 	return s
 }
 
-func (s *jwksServer) set(signers ...*signer) {
+func (s *jwksServer) set(signers ...*jwttest.Signer) {
 	var keys []any
 	for _, sg := range signers {
-		keys = append(keys, sg.jwk)
+		keys = append(keys, sg.JWK)
 	}
 	b, _ := json.Marshal(map[string]any{"keys": keys})
 	s.serve(http.StatusOK, b)
@@ -55,8 +56,8 @@ func (s *jwksServer) serve(status int, body []byte) {
 	s.status, s.body = status, body
 }
 
-func remoteOpts(url string) gateway.JWTOptions {
-	return gateway.JWTOptions{Issuer: "https://issuer.test", Audience: "mcpcancel", JWKSURL: url, RefreshInterval: time.Hour}
+func remoteOpts(url string) auth.JWTOptions {
+	return auth.JWTOptions{Issuer: "https://issuer.test", Audience: "mcpcancel", JWKSURL: url, RefreshInterval: time.Hour}
 }
 
 // A key set from a URL: a token of a key added later is accepted once
@@ -66,27 +67,27 @@ func remoteOpts(url string) gateway.JWTOptions {
 // leaves the keys fetched last in use; and one like that at the start is
 // an error.
 func TestRemoteJWKS(t *testing.T) {
-	old, added := esSigner(t, "old"), rsSigner(t, "added")
+	old, added := jwttest.ES256(t, "old"), jwttest.RS256(t, "added")
 	srv := startJWKSServer(t, old)
 	opts := remoteOpts(srv.url)
 	opts.RefreshFloor = time.Hour
-	auth, err := gateway.NewRemoteJWKS(t.Context(), opts)
+	v, err := auth.NewRemoteJWKS(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { auth.Close() })
-	if _, err := authenticate(auth, old.token(nil, claims("alice", time.Minute, nil))); err != nil {
+	t.Cleanup(func() { v.Close() })
+	if _, err := authenticate(v, old.Token(nil, claims("alice", time.Minute, nil))); err != nil {
 		t.Fatal(err)
 	}
 	srv.set(old, added)
-	if _, err := authenticate(auth, added.token(nil, claims("alice", time.Minute, nil))); err != nil {
+	if _, err := authenticate(v, added.Token(nil, claims("alice", time.Minute, nil))); err != nil {
 		t.Fatalf("a key added at the provider: %v", err)
 	}
 	before := srv.fetches.Load()
 	var wg sync.WaitGroup
 	for i := range 50 {
 		wg.Go(func() {
-			authenticate(auth, hsSigner(t, fmt.Sprint("made-up-", i)).token(nil, claims("alice", time.Minute, nil)))
+			authenticate(v, jwttest.HS256(t, fmt.Sprint("made-up-", i)).Token(nil, claims("alice", time.Minute, nil)))
 		})
 	}
 	wg.Wait()
@@ -94,7 +95,7 @@ func TestRemoteJWKS(t *testing.T) {
 		t.Fatalf("50 tokens with unknown kids made %d fetches within the floor", n)
 	}
 
-	good, _ := json.Marshal(old.jwk) // each bad set below would be usable but for its flaw
+	good, _ := json.Marshal(old.JWK) // each bad set below would be usable but for its flaw
 	for name, bad := range map[string]func(){
 		"error status": func() { srv.serve(http.StatusInternalServerError, []byte(`{"keys":[`+string(good)+`]}`)) },
 		"too large": func() {
@@ -111,20 +112,20 @@ func TestRemoteJWKS(t *testing.T) {
 			bad()
 			fresh := remoteOpts(srv.url)
 			fresh.RefreshFloor = time.Millisecond
-			a, err := gateway.NewRemoteJWKS(t.Context(), fresh)
+			a, err := auth.NewRemoteJWKS(t.Context(), fresh)
 			if err == nil {
 				a.Close()
 				t.Fatal("started with it")
 			}
 			srv.set(old)
-			a, err = gateway.NewRemoteJWKS(t.Context(), fresh)
+			a, err = auth.NewRemoteJWKS(t.Context(), fresh)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Close()
 			bad()
-			authenticate(a, added.token(nil, claims("alice", time.Minute, nil))) // an unknown kid: a fetch that fails
-			if _, err := authenticate(a, old.token(nil, claims("alice", time.Minute, nil))); err != nil {
+			authenticate(a, added.Token(nil, claims("alice", time.Minute, nil))) // an unknown kid: a fetch that fails
+			if _, err := authenticate(a, old.Token(nil, claims("alice", time.Minute, nil))); err != nil {
 				t.Fatalf("the last good keys were dropped: %v", err)
 			}
 		})
@@ -135,7 +136,7 @@ func TestRemoteJWKS(t *testing.T) {
 // spec gives (RFC 8414 with path insertion first); metadata naming
 // another issuer, or a jwks_uri over plain http off loopback, is not used.
 func TestIssuerDiscovery(t *testing.T) {
-	key := esSigner(t, "k")
+	key := jwttest.ES256(t, "k")
 	keys := startJWKSServer(t, key)
 	var issuer string
 	var mu sync.Mutex
@@ -158,19 +159,19 @@ func TestIssuerDiscovery(t *testing.T) {
 	docs["/.well-known/openid-configuration/tenant"] = meta(issuer, "http://keys.example/jwks")
 	docs["/tenant/.well-known/openid-configuration"] = meta(issuer, keys.url)
 	mu.Unlock()
-	opts := gateway.JWTOptions{Issuer: issuer, Audience: "mcpcancel"}
-	auth, err := gateway.NewRemoteJWKS(t.Context(), opts)
+	opts := auth.JWTOptions{Issuer: issuer, Audience: "mcpcancel"}
+	v, err := auth.NewRemoteJWKS(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer auth.Close()
-	if _, err := authenticate(auth, key.token(nil, claims("alice", time.Minute, map[string]any{"iss": issuer}))); err != nil {
+	defer v.Close()
+	if _, err := authenticate(v, key.Token(nil, claims("alice", time.Minute, map[string]any{"iss": issuer}))); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	delete(docs, "/tenant/.well-known/openid-configuration")
 	mu.Unlock()
-	if a, err := gateway.NewRemoteJWKS(t.Context(), opts); err == nil {
+	if a, err := auth.NewRemoteJWKS(t.Context(), opts); err == nil {
 		a.Close()
 		t.Fatal("used metadata naming another issuer, or an http jwks_uri off loopback")
 	}
