@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
@@ -44,7 +45,7 @@ func (lineWriter) abandonable() bool { return true }
 // in flight are cancelled (reason: the connection closed) and ServeStdio
 // returns once they have settled.
 func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	s := newSession(g, client.ConnScope+randid.New(12), anonymous)
+	s := newSession(g, client.ConnScope+randid.New(12), auth.Anonymous)
 	out := newOutbox(lineWriter{w}, g.opts.WriteTimeout, g.outboxLimit())
 	s.setNotifier(out)
 	defer out.close()
@@ -186,6 +187,3 @@ func readLine(br *bufio.Reader, max int64) ([]byte, error) {
 		return buf, nil
 	}
 }
-
-// anonymous is the principal of unauthenticated clients.
-const anonymous = "anonymous"
