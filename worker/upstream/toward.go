@@ -22,15 +22,23 @@ import (
 // (notifications/cancelled), the SDK ends the request's context, the call
 // withdraws its request and the gateway cancels it at the client.
 //
-// Stdio carries no relation between a server's request and the call it
-// serves. A request is therefore related to the call in flight on its
-// upstream session when exactly one is. Otherwise, on an upstream session
-// kept for one client session (per-client mode), the request is still
-// that client's: with no call in flight (roots/list after initialize) or
-// several, it is asked of the client session itself, outside any call
-// (Worker.AskSession), on its GET stream or stdout. On the shared
-// session, such a request has no defined client and the server is
-// answered with an error.
+// roots/list serves no call: a client's roots are its session's, and
+// servers ask for them after initialize and on roots/list_changed, then
+// keep them. Tying it to a call would make a 2026-07-28 client answer it
+// by multi round-trip and run the call's tool again. So it is always the
+// session's: on an upstream session kept for one client session
+// (per-client mode) it is asked of that client outside any call
+// (Worker.AskSession), on its GET stream or stdout; on the shared
+// session, which no client owns, the adapter answers as the SDK does,
+// with the roots it declares (none).
+//
+// Sampling and elicitation serve the call that asks them, but stdio
+// carries no relation between a server's request and its call. Such a
+// request is therefore related to the call in flight on its upstream
+// session when exactly one is. Otherwise, on an upstream session kept for
+// one client session, it is asked of the client session itself; on the
+// shared session it has no defined client and the server is answered
+// with an error.
 
 // sessionAskTimeout bounds a request asked of a client session outside
 // any call: nothing answers one whose client opened no GET stream.
@@ -113,26 +121,34 @@ func (a *Adapter) relayToClient(key string) mcp.Middleware {
 
 func (a *Adapter) relayFor(key string, next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		var result mcp.Result
 		switch method {
 		case "sampling/createMessage":
-			result = &mcp.CreateMessageResult{}
+			raw, err := a.askClient(ctx, key, method, req)
+			return decodeAnswer(raw, err, &mcp.CreateMessageResult{})
 		case "elicitation/create":
-			result = &mcp.ElicitResult{}
+			raw, err := a.askClient(ctx, key, method, req)
+			return decodeAnswer(raw, err, &mcp.ElicitResult{})
 		case "roots/list":
-			result = &mcp.ListRootsResult{}
+			if key == "" {
+				return next(ctx, method, req) // the SDK's answer: the adapter's roots
+			}
+			raw, err := a.askSession(ctx, key, method, req)
+			return decodeAnswer(raw, err, &mcp.ListRootsResult{})
 		default:
 			return next(ctx, method, req)
 		}
-		raw, err := a.askClient(ctx, key, method, req)
-		if err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(raw, result); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's answer does not decode: " + err.Error()}
-		}
-		return result, nil
 	}
+}
+
+// decodeAnswer is the client's answer as the result the server hears.
+func decodeAnswer(raw json.RawMessage, err error, result mcp.Result) (mcp.Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, result); err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's answer does not decode: " + err.Error()}
+	}
+	return result, nil
 }
 
 // askSession asks the client session key a server request outside any
