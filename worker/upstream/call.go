@@ -81,7 +81,7 @@ func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.
 	res, err := s.CallTool(ctx, p)
 	switch {
 	case err == nil:
-		return res, nil
+		return toolResult(res), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.As(err, new(*jsonrpc.Error)):

@@ -84,7 +84,7 @@ func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
 	var rpcErr *jsonrpc.Error
 	switch {
 	case err == nil:
-		return res, nil
+		return neutral(res), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.As(err, &rpcErr):
