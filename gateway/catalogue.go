@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -79,6 +80,16 @@ func (g *Gateway) setOffers(m *pb.WatchToolsResponse, first bool) {
 	if !sameRaw(prev.prompts, next.prompts) {
 		g.broadcast(notifyPromptsChanged)
 	}
+}
+
+// toolMeta is a tool's _meta as its worker gave it, if it is a JSON
+// object: one worker's bad _meta must not break every client's list.
+func toolMeta(t *pb.Tool) json.RawMessage {
+	b := bytes.TrimSpace(t.GetMetaJson())
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return nil
+	}
+	return b
 }
 
 func sameRaw(a, b []json.RawMessage) bool {

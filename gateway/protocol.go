@@ -211,6 +211,7 @@ type mcpTool struct {
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	Annotations  json.RawMessage `json:"annotations,omitempty"`
 	Execution    *toolExecution  `json:"execution,omitempty"`
+	Meta         json.RawMessage `json:"_meta,omitempty"`
 }
 
 func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
@@ -227,7 +228,7 @@ func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
 		out = append(out, mcpTool{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(), InputSchema: in,
 			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: publicAnnotations(t.GetAnnotationsJson()),
-			Execution: execution(t),
+			Execution: execution(t), Meta: toolMeta(t),
 		})
 	}
 	return map[string]any{"tools": out}, nil

@@ -35,6 +35,18 @@ func TestExtensionsPassWhole(t *testing.T) {
 func checkExtensions(t *testing.T, c *rpcClient) {
 	want := metaJSON(t)
 	modern := c.era == "2026-07-28"
+	var tools struct {
+		Tools []struct {
+			Name string          `json:"name"`
+			Meta json.RawMessage `json:"_meta"`
+		} `json:"tools"`
+	}
+	c.call(t, "tools/list", ``, &tools)
+	for _, tool := range tools.Tools {
+		if tool.Name == "app" && !sameJSON(tool.Meta, want) {
+			t.Errorf("tools/list: app's _meta %s; want %s", tool.Meta, want)
+		}
+	}
 	var resources struct {
 		Resources []struct {
 			URI      string          `json:"uri"`

@@ -355,6 +355,9 @@ type Tool struct {
 	// on another worker. Unlike annotations, which come from the tool's
 	// author and are hints, this is the operator's word.
 	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// The tool's _meta (MCP Apps' ui, say), as a JSON object; may be empty.
+	// Shown to clients as it is.
+	MetaJson []byte `protobuf:"bytes,8,opt,name=meta_json,json=metaJson,proto3" json:"meta_json,omitempty"`
 	// Whether the tool runs as an MCP task (execution.taskSupport):
 	// "forbidden" (or empty), "optional" or "required".
 	TaskSupport string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
@@ -444,6 +447,13 @@ func (x *Tool) GetIdempotent() bool {
 		return x.Idempotent
 	}
 	return false
+}
+
+func (x *Tool) GetMetaJson() []byte {
+	if x != nil {
+		return x.MetaJson
+	}
+	return nil
 }
 
 func (x *Tool) GetTaskSupport() string {
@@ -1052,7 +1062,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xb9\x02\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xd6\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -1062,7 +1072,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\x12!\n" +
+	"idempotent\x12\x1b\n" +
+	"\tmeta_json\x18\b \x01(\fR\bmetaJson\x12!\n" +
 	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\x12\x1d\n" +
 	"\n" +
 	"defer_task\x18P \x01(\bR\tdeferTask\"\xd9\x04\n" +
