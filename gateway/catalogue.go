@@ -166,6 +166,18 @@ func parseCursor(s string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
+// identity is the serverInfo and instructions the gateway shows its
+// clients: those of the one MCP server every live worker fronts, if there
+// is one, so that a gateway fronting one server shows it as a client
+// talking to it directly would see it; the gateway's own otherwise.
+func (g *Gateway) identity(ctx context.Context) (any, string) {
+	c, err := g.currentOffers(ctx)
+	if err != nil || len(c.features.GetServerInfoJson()) == 0 || !json.Valid(c.features.GetServerInfoJson()) {
+		return g.serverInfo(), instructions
+	}
+	return json.RawMessage(c.features.GetServerInfoJson()), c.features.GetInstructions()
+}
+
 // capabilities are what the gateway advertises: tools and logging always;
 // resources, prompts and completions only while some live worker offers
 // them, with list_changed (the gateway tells of any worker's change) and

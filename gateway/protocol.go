@@ -147,11 +147,12 @@ func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *js
 	s.version = v
 	s.clientCaps = p.Capabilities
 	s.mu.Unlock()
+	info, instr := s.g.identity(ctx) // catalogue.go
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    withTasks(s.g.capabilities(ctx)),
-		"serverInfo":      s.g.serverInfo(),
-		"instructions":    instructions,
+		"serverInfo":      info,
+		"instructions":    instr,
 	}, nil
 }
 
@@ -161,14 +162,15 @@ func (g *Gateway) serverInfo() map[string]any {
 
 // discover answers 2026-07-28's server/discover.
 func (s *session) discover(ctx context.Context) any {
+	info, instr := s.g.identity(ctx) // catalogue.go
 	return map[string]any{
 		"resultType":        "complete",
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
 		"capabilities":      withTaskExtension(s.g.capabilities(ctx)),
-		"instructions":      instructions,
-		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": s.g.serverInfo()},
+		"instructions":      instr,
+		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": info},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
@@ -26,7 +27,10 @@ func TestExtensionsPassWhole(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			st := startStack(t, tr.opts(t), "app")
 			for _, era := range []string{"2025-11-25", "2026-07-28"} {
-				t.Run(era, func(t *testing.T) { checkExtensions(t, &rpcClient{url: st.url, era: era}) })
+				t.Run(era, func(t *testing.T) {
+					checkExtensions(t, &rpcClient{url: st.url, era: era})
+					checkIdentity(t, &rpcClient{url: st.url, era: era})
+				})
 			}
 		})
 	}
@@ -98,6 +102,31 @@ func checkExtensions(t *testing.T, c *rpcClient) {
 				t.Errorf("%s: %s %s", r.method, map[bool]string{true: "has", false: "lacks"}[ok], b)
 			}
 		}
+	}
+}
+
+// checkIdentity: the fronted server's serverInfo and instructions reach
+// the client, in initialize (2025-11-25) or server/discover (2026-07-28).
+func checkIdentity(t *testing.T, c *rpcClient) {
+	var res struct {
+		ServerInfo   *struct{ Name, Title, Version string } `json:"serverInfo"`
+		Instructions string                                 `json:"instructions"`
+		Meta         struct {
+			ServerInfo *struct{ Name, Title, Version string } `json:"io.modelcontextprotocol/serverInfo"`
+		} `json:"_meta"`
+	}
+	if c.era == "2026-07-28" {
+		c.call(t, "server/discover", ``, &res)
+		res.ServerInfo = res.Meta.ServerInfo
+	} else {
+		_, b := testcluster.PostMCP(t, c.url, "", "", fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, c.era))
+		var resp struct{ Result json.RawMessage }
+		if err := json.Unmarshal(b, &resp); err != nil || json.Unmarshal(resp.Result, &res) != nil {
+			t.Fatalf("initialize: %s", b)
+		}
+	}
+	if res.ServerInfo == nil || *res.ServerInfo != (struct{ Name, Title, Version string }{fixtureName, fixtureTitle, fixtureVersion}) || res.Instructions != fixtureInstructions {
+		t.Errorf("serverInfo %+v, instructions %q; want the fixture's %s %q %s and %q", res.ServerInfo, res.Instructions, fixtureName, fixtureTitle, fixtureVersion, fixtureInstructions)
 	}
 }
 

@@ -987,9 +987,15 @@ type Features struct {
 	// The worker serves prompts.
 	Prompts bool `protobuf:"varint,3,opt,name=prompts,proto3" json:"prompts,omitempty"`
 	// It answers completion/complete for its prompts and resource templates.
-	Completions   bool `protobuf:"varint,4,opt,name=completions,proto3" json:"completions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Completions bool `protobuf:"varint,4,opt,name=completions,proto3" json:"completions,omitempty"`
+	// The serverInfo (an MCP Implementation, as JSON) and instructions of
+	// the MCP server the worker fronts, if it fronts one. The catalogue
+	// carries them only while every live worker fronts the same server, so
+	// that a gateway fronting one server shows its clients that server.
+	ServerInfoJson []byte `protobuf:"bytes,5,opt,name=server_info_json,json=serverInfoJson,proto3" json:"server_info_json,omitempty"`
+	Instructions   string `protobuf:"bytes,6,opt,name=instructions,proto3" json:"instructions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Features) Reset() {
@@ -1048,6 +1054,20 @@ func (x *Features) GetCompletions() bool {
 		return x.Completions
 	}
 	return false
+}
+
+func (x *Features) GetServerInfoJson() []byte {
+	if x != nil {
+		return x.ServerInfoJson
+	}
+	return nil
+}
+
+func (x *Features) GetInstructions() string {
+	if x != nil {
+		return x.Instructions
+	}
+	return ""
 }
 
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
@@ -1127,12 +1147,14 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05Offer\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
-	"\x04json\x18\x03 \x01(\fR\x04json\"\x82\x01\n" +
+	"\x04json\x18\x03 \x01(\fR\x04json\"\xd0\x01\n" +
 	"\bFeatures\x12\x1c\n" +
 	"\tresources\x18\x01 \x01(\bR\tresources\x12\x1c\n" +
 	"\tsubscribe\x18\x02 \x01(\bR\tsubscribe\x12\x18\n" +
 	"\aprompts\x18\x03 \x01(\bR\aprompts\x12 \n" +
-	"\vcompletions\x18\x04 \x01(\bR\vcompletions*\x8a\x01\n" +
+	"\vcompletions\x18\x04 \x01(\bR\vcompletions\x12(\n" +
+	"\x10server_info_json\x18\x05 \x01(\fR\x0eserverInfoJson\x12\"\n" +
+	"\finstructions\x18\x06 \x01(\tR\finstructions*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +
