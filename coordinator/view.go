@@ -364,6 +364,9 @@ func (s *Server) ListTools(ctx context.Context, _ *pb.ListToolsRequest) (*pb.Lis
 	if err := s.waitReady(ctx); err != nil {
 		return nil, toStatus(err)
 	}
+	// Current as of now: a worker whose registration the watch has not
+	// delivered yet is read from etcd (on failure, what the view has).
+	s.view.refreshWorkers(ctx)
 	tools, offers, features := s.view.catalogue()
 	return &pb.ListToolsResponse{Tools: tools, Offers: offers, Features: features}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -36,10 +37,13 @@ type catalogue struct {
 	templates []json.RawMessage
 	prompts   []json.RawMessage
 	features  *pb.Features
+
+	msg      *pb.WatchToolsResponse // as the watch delivered it; nil if asked for
+	replaced chan struct{}          // closed when the watch delivers the next
 }
 
 func newCatalogue(offers []*pb.Offer, f *pb.Features) *catalogue {
-	c := &catalogue{features: f}
+	c := &catalogue{features: f, replaced: make(chan struct{})}
 	if c.features == nil {
 		c.features = &pb.Features{}
 	}
@@ -70,7 +74,11 @@ var (
 // they saw).
 func (g *Gateway) setOffers(m *pb.WatchToolsResponse, first bool) {
 	next := newCatalogue(m.GetOffers(), m.GetFeatures())
+	next.msg = m
 	prev := g.offers.Swap(next)
+	if prev != nil {
+		close(prev.replaced)
+	}
 	if first || prev == nil {
 		return
 	}
@@ -100,9 +108,55 @@ func sameTools(a, b []*pb.Tool) bool {
 	return slices.EqualFunc(a, b, func(x, y *pb.Tool) bool { return proto.Equal(x, y) })
 }
 
+// A gateway's first answer from its catalogue (a list, or initialize's
+// capabilities and serverInfo) waits until the catalogue is current: a
+// host starts everything and lists at once, and a worker that attached
+// just before must be in that list. The first list asks the coordinator
+// for the catalogue as of now (it reads etcd for what its own watch has
+// not delivered) and waits until the gateway's watch has delivered the
+// same, at most currentWait; then it answers from what it has. After
+// that the watch keeps the catalogue current, and clients hear
+// list_changed when it changes.
+const currentWait = 2 * time.Second
+
+// awaitCurrent waits, once per gateway, until the catalogue is current.
+// Callers that come meanwhile wait with the first, at most currentWait.
+func (g *Gateway) awaitCurrent(ctx context.Context) {
+	g.current.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), currentWait)
+		defer cancel()
+		resp, err := g.coord.ListTools(ctx, &pb.ListToolsRequest{})
+		if err != nil {
+			return
+		}
+		want := &pb.WatchToolsResponse{Tools: resp.GetTools(), Offers: resp.GetOffers(), Features: resp.GetFeatures()}
+		g.awaitWatched(ctx, want)
+	})
+}
+
+// awaitWatched waits until the watch has delivered want, or ctx is done.
+func (g *Gateway) awaitWatched(ctx context.Context, want *pb.WatchToolsResponse) {
+	for {
+		c := g.offers.Load()
+		var next <-chan struct{} = g.toolsCh
+		if c != nil {
+			if proto.Equal(c.msg, want) {
+				return
+			}
+			next = c.replaced
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // currentOffers returns the catalogue, asking the coordinator when the
 // watch has not delivered yet; an empty one if it cannot say.
 func (g *Gateway) currentOffers(ctx context.Context) (*catalogue, error) {
+	g.awaitCurrent(ctx)
 	if c := g.offers.Load(); c != nil {
 		return c, nil
 	}

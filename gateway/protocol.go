@@ -217,6 +217,7 @@ type mcpTool struct {
 }
 
 func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
+	s.g.awaitCurrent(ctx) // catalogue.go
 	tools, err := s.g.listTools(ctx)
 	if err != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot list tools: the coordinator is unavailable")
