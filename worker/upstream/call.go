@@ -45,7 +45,7 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	defer a.calls.add(ctx, c, s)()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
-	ctx = withRelay(ctx, r)
+	ctx = withCall(withRelay(ctx, r), c)
 	res, err := a.callTool(ctx, s, c, r)
 	if err != nil {
 		upErr = err

@@ -44,6 +44,8 @@ type burstArgs struct {
 
 // fixtureServer has:
 //   - burst {n}: n progress notifications, back to back, then its result;
+//   - ask: asks its client's name by multi round-trip (2026-07-28), and
+//     greets it;
 //   - app: a tool whose _meta names the ui:// resource that renders it;
 //   - the ui:// resource, and a prompt, each with _meta;
 //   - serverInfo with a title, and instructions.
@@ -58,6 +60,16 @@ func fixtureServer() *mcp.Server {
 				}
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("burst %d", args.N)}}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask", Description: "asks its client's name by multi round-trip"},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if r, ok := req.Params.InputResponses["name"].(*mcp.ElicitResult); ok {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("hello %v (%s)", r.Content["name"], r.Action)}}}, nil, nil
+			}
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{
+				Message:         "Your name?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}},
+			}}}, nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "app", Description: "an MCP App", Meta: fixtureMeta()},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {

@@ -83,7 +83,7 @@ func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
 	if skip := a.sharedSubscription(c); skip {
 		return struct{}{}, nil // another client session still wants the resource
 	}
-	res, err := forward(ctx, s, c)
+	res, err := forward(withCall(ctx, c), s, c)
 	var rpcErr *jsonrpc.Error
 	switch {
 	case err == nil:

@@ -203,6 +203,12 @@ func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Req
 		a.log.Info("refusing a server request toward the client", "method", method, "reason", msg)
 		return nil, &jsonrpc.Error{Code: codeNoCall, Message: msg}
 	}
+	return askCall(ctx, c, callCtx, method, req)
+}
+
+// askCall relays a request to the client of call c, whose context is
+// callCtx. It ends when the server cancels it (ctx) or the call ends.
+func askCall(ctx context.Context, c *worker.Call, callCtx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
 	params, err := json.Marshal(wireParams(req))
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
@@ -212,4 +218,58 @@ func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Req
 	defer cancel()
 	raw, err := c.Request(ctx, method, params)
 	return raw, answerError(err)
+}
+
+// A server that speaks 2026-07-28 asks by multi round-trip: its result is
+// input_required, with inputRequests. The SDK fulfils them through the
+// client's handlers, in the context of the request they answer, and
+// retries the request with the answers and the server's requestState. So
+// these questions are related to their call exactly, whatever the
+// transport: the adapter's handlers relay each to the call's client (a
+// 2025-era client gets it on the call's stream; a 2026-07-28 client as
+// the gateway's own input_required, the call running again with the
+// answers so far), and the SDK retries the server. roots/list input
+// requests are answered by the SDK with the adapter's roots (none): roots
+// are the session's (above).
+
+// callKey carries, in the context of a request to the server, the call it
+// serves.
+type callKey struct{}
+
+type servedCall struct {
+	call *worker.Call
+	ctx  context.Context // the call's
+}
+
+func withCall(ctx context.Context, c *worker.Call) context.Context {
+	return context.WithValue(ctx, callKey{}, servedCall{call: c, ctx: ctx})
+}
+
+// askInput relays one input request of the server's multi round-trip to
+// the client of the call it serves.
+func askInput(ctx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
+	sc, ok := ctx.Value(callKey{}).(servedCall)
+	if !ok {
+		return nil, &jsonrpc.Error{Code: codeNoCall, Message: "the input request serves no call"}
+	}
+	return askCall(ctx, sc.call, sc.ctx, method, req)
+}
+
+func elicitInput(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	raw, err := askInput(ctx, "elicitation/create", req)
+	return answerAs[mcp.ElicitResult](raw, err)
+}
+
+func sampleInput(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+	raw, err := askInput(ctx, "sampling/createMessage", req)
+	return answerAs[mcp.CreateMessageWithToolsResult](raw, err)
+}
+
+// answerAs is the client's answer as an R.
+func answerAs[R any](raw json.RawMessage, err error) (*R, error) {
+	r := new(R)
+	if _, err := decodeAnswer(raw, err, any(r).(mcp.Result)); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
