@@ -249,6 +249,9 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 		if err := validateOffers(tc.GetOffers()); err != nil {
 			return err
 		}
+		if err := validateFeatures(tc.GetFeatures()); err != nil {
+			return err
+		}
 		return s.updateWorker(ctx, a, func(i *workerInfo) {
 			i.Tools, i.Offers, i.Features = toolDefs(tc.GetTools()), offerDefs(tc.GetOffers()), featuresOf(tc.GetFeatures())
 		})
@@ -357,7 +360,10 @@ func validateHello(h *pb.WorkerHello) error {
 	if err := validateTools(h.GetTools()); err != nil {
 		return err
 	}
-	return validateOffers(h.GetOffers())
+	if err := validateOffers(h.GetOffers()); err != nil {
+		return err
+	}
+	return validateFeatures(h.GetFeatures())
 }
 
 func validateTools(tools []*pb.Tool) error {

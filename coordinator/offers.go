@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"sort"
 	"strings"
 	"unicode"
@@ -57,6 +58,9 @@ type featuresDef struct {
 	Subscribe   bool `json:"subscribe,omitempty"`
 	Prompts     bool `json:"prompts,omitempty"`
 	Completions bool `json:"completions,omitempty"`
+	// The fronted server's serverInfo and instructions.
+	ServerInfo   []byte `json:"server_info,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
 }
 
 var offerKinds = map[pb.OfferKind]string{
@@ -90,18 +94,28 @@ func featuresOf(f *pb.Features) *featuresDef {
 	if f == nil {
 		return nil
 	}
-	return &featuresDef{Resources: f.GetResources(), Subscribe: f.GetSubscribe(), Prompts: f.GetPrompts(), Completions: f.GetCompletions()}
+	return &featuresDef{Resources: f.GetResources(), Subscribe: f.GetSubscribe(), Prompts: f.GetPrompts(), Completions: f.GetCompletions(),
+		ServerInfo: f.GetServerInfoJson(), Instructions: f.GetInstructions()}
 }
 
 func (f *featuresDef) proto() *pb.Features {
 	if f == nil {
 		return &pb.Features{}
 	}
-	return &pb.Features{Resources: f.Resources, Subscribe: f.Subscribe, Prompts: f.Prompts, Completions: f.Completions}
+	return &pb.Features{Resources: f.Resources, Subscribe: f.Subscribe, Prompts: f.Prompts, Completions: f.Completions,
+		ServerInfoJson: f.ServerInfo, Instructions: f.Instructions}
 }
 
 // validateOffers checks a worker's offers: known kinds, keys and
 // descriptions within bounds, templates that parse, no key twice.
+// validateFeatures bounds what a worker says of the server it fronts.
+func validateFeatures(f *pb.Features) error {
+	if len(f.GetServerInfoJson())+len(f.GetInstructions()) > MaxOfferBytes {
+		return invalid("the serverInfo and instructions of a worker's server are larger than %d bytes", MaxOfferBytes)
+	}
+	return nil
+}
+
 func validateOffers(offers []*pb.Offer) error {
 	if len(offers) > MaxOffers {
 		return invalid("a worker may offer at most %d resources, templates and prompts", MaxOffers)
@@ -255,6 +269,7 @@ func (v *view) catalogue() ([]*pb.Tool, []*pb.Offer, *pb.Features) {
 	var tools []*pb.Tool
 	var offers []*pb.Offer
 	features := &pb.Features{}
+	server, one := (*pb.Features)(nil), true // the one fronted server, while there is one
 	for _, w := range v.snapshot() {
 		if w.Draining {
 			continue
@@ -276,6 +291,13 @@ func (v *view) catalogue() ([]*pb.Tool, []*pb.Offer, *pb.Features) {
 		features.Subscribe = features.Subscribe || f.GetSubscribe()
 		features.Prompts = features.Prompts || f.GetPrompts()
 		features.Completions = features.Completions || f.GetCompletions()
+		if server == nil {
+			server = f
+		}
+		one = one && len(f.GetServerInfoJson()) > 0 && bytes.Equal(f.GetServerInfoJson(), server.GetServerInfoJson()) && f.GetInstructions() == server.GetInstructions()
+	}
+	if one && server != nil {
+		features.ServerInfoJson, features.Instructions = server.GetServerInfoJson(), server.GetInstructions()
 	}
 	// Offers keep their workers' order, which a fronted server chose.
 	sort.Slice(tools, func(i, j int) bool { return tools[i].Name < tools[j].Name })

@@ -38,6 +38,7 @@ type toolDef struct {
 	Idempotent   bool   `json:"idempotent,omitempty"`
 	TaskSupport  string `json:"task_support,omitempty"`
 	DeferTask    bool   `json:"defer_task,omitempty"`
+	Meta         []byte `json:"meta,omitempty"`
 }
 
 func toolDefs(tools []*pb.Tool) []*toolDef {
@@ -47,6 +48,7 @@ func toolDefs(tools []*pb.Tool) []*toolDef {
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(),
 			InputSchema: t.GetInputSchemaJson(), OutputSchema: t.GetOutputSchemaJson(),
 			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(), TaskSupport: t.GetTaskSupport(), DeferTask: t.GetDeferTask(),
+			Meta: t.GetMetaJson(),
 		})
 	}
 	return out
@@ -56,7 +58,7 @@ func (t *toolDef) proto() *pb.Tool {
 	return &pb.Tool{
 		Name: t.Name, Title: t.Title, Description: t.Description,
 		InputSchemaJson: t.InputSchema, OutputSchemaJson: t.OutputSchema, AnnotationsJson: t.Annotations,
-		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport, DeferTask: t.DeferTask,
+		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport, DeferTask: t.DeferTask, MetaJson: t.Meta,
 	}
 }
 
@@ -362,6 +364,9 @@ func (s *Server) ListTools(ctx context.Context, _ *pb.ListToolsRequest) (*pb.Lis
 	if err := s.waitReady(ctx); err != nil {
 		return nil, toStatus(err)
 	}
+	// Current as of now: a worker whose registration the watch has not
+	// delivered yet is read from etcd (on failure, what the view has).
+	s.view.refreshWorkers(ctx)
 	tools, offers, features := s.view.catalogue()
 	return &pb.ListToolsResponse{Tools: tools, Offers: offers, Features: features}, nil
 }

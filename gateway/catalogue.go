@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -35,10 +37,13 @@ type catalogue struct {
 	templates []json.RawMessage
 	prompts   []json.RawMessage
 	features  *pb.Features
+
+	msg      *pb.WatchToolsResponse // as the watch delivered it; nil if asked for
+	replaced chan struct{}          // closed when the watch delivers the next
 }
 
 func newCatalogue(offers []*pb.Offer, f *pb.Features) *catalogue {
-	c := &catalogue{features: f}
+	c := &catalogue{features: f, replaced: make(chan struct{})}
 	if c.features == nil {
 		c.features = &pb.Features{}
 	}
@@ -69,7 +74,11 @@ var (
 // they saw).
 func (g *Gateway) setOffers(m *pb.WatchToolsResponse, first bool) {
 	next := newCatalogue(m.GetOffers(), m.GetFeatures())
+	next.msg = m
 	prev := g.offers.Swap(next)
+	if prev != nil {
+		close(prev.replaced)
+	}
 	if first || prev == nil {
 		return
 	}
@@ -81,6 +90,16 @@ func (g *Gateway) setOffers(m *pb.WatchToolsResponse, first bool) {
 	}
 }
 
+// toolMeta is a tool's _meta as its worker gave it, if it is a JSON
+// object: one worker's bad _meta must not break every client's list.
+func toolMeta(t *pb.Tool) json.RawMessage {
+	b := bytes.TrimSpace(t.GetMetaJson())
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return nil
+	}
+	return b
+}
+
 func sameRaw(a, b []json.RawMessage) bool {
 	return slices.EqualFunc(a, b, func(x, y json.RawMessage) bool { return string(x) == string(y) })
 }
@@ -89,9 +108,55 @@ func sameTools(a, b []*pb.Tool) bool {
 	return slices.EqualFunc(a, b, func(x, y *pb.Tool) bool { return proto.Equal(x, y) })
 }
 
+// A gateway's first answer from its catalogue (a list, or initialize's
+// capabilities and serverInfo) waits until the catalogue is current: a
+// host starts everything and lists at once, and a worker that attached
+// just before must be in that list. The first list asks the coordinator
+// for the catalogue as of now (it reads etcd for what its own watch has
+// not delivered) and waits until the gateway's watch has delivered the
+// same, at most currentWait; then it answers from what it has. After
+// that the watch keeps the catalogue current, and clients hear
+// list_changed when it changes.
+const currentWait = 2 * time.Second
+
+// awaitCurrent waits, once per gateway, until the catalogue is current.
+// Callers that come meanwhile wait with the first, at most currentWait.
+func (g *Gateway) awaitCurrent(ctx context.Context) {
+	g.current.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), currentWait)
+		defer cancel()
+		resp, err := g.coord.ListTools(ctx, &pb.ListToolsRequest{})
+		if err != nil {
+			return
+		}
+		want := &pb.WatchToolsResponse{Tools: resp.GetTools(), Offers: resp.GetOffers(), Features: resp.GetFeatures()}
+		g.awaitWatched(ctx, want)
+	})
+}
+
+// awaitWatched waits until the watch has delivered want, or ctx is done.
+func (g *Gateway) awaitWatched(ctx context.Context, want *pb.WatchToolsResponse) {
+	for {
+		c := g.offers.Load()
+		var next <-chan struct{} = g.toolsCh
+		if c != nil {
+			if proto.Equal(c.msg, want) {
+				return
+			}
+			next = c.replaced
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // currentOffers returns the catalogue, asking the coordinator when the
 // watch has not delivered yet; an empty one if it cannot say.
 func (g *Gateway) currentOffers(ctx context.Context) (*catalogue, error) {
+	g.awaitCurrent(ctx)
 	if c := g.offers.Load(); c != nil {
 		return c, nil
 	}
@@ -153,6 +218,18 @@ func parseCursor(s string) (int, bool) {
 	}
 	n, err := strconv.Atoi(string(b[7:]))
 	return n, err == nil && n >= 0
+}
+
+// identity is the serverInfo and instructions the gateway shows its
+// clients: those of the one MCP server every live worker fronts, if there
+// is one, so that a gateway fronting one server shows it as a client
+// talking to it directly would see it; the gateway's own otherwise.
+func (g *Gateway) identity(ctx context.Context) (any, string) {
+	c, err := g.currentOffers(ctx)
+	if err != nil || len(c.features.GetServerInfoJson()) == 0 || !json.Valid(c.features.GetServerInfoJson()) {
+		return g.serverInfo(), instructions
+	}
+	return json.RawMessage(c.features.GetServerInfoJson()), c.features.GetInstructions()
 }
 
 // capabilities are what the gateway advertises: tools and logging always;

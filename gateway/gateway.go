@@ -97,6 +97,7 @@ type Gateway struct {
 
 	tools   atomic.Pointer[[]*pb.Tool]
 	offers  atomic.Pointer[catalogue] // resources, templates, prompts, features (catalogue.go)
+	current sync.Once                 // the catalogue was made current for the first list (catalogue.go)
 	metrics *metrics
 
 	mu       sync.Mutex

@@ -147,11 +147,12 @@ func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *js
 	s.version = v
 	s.clientCaps = p.Capabilities
 	s.mu.Unlock()
+	info, instr := s.g.identity(ctx) // catalogue.go
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    withTasks(s.g.capabilities(ctx)),
-		"serverInfo":      s.g.serverInfo(),
-		"instructions":    instructions,
+		"serverInfo":      info,
+		"instructions":    instr,
 	}, nil
 }
 
@@ -161,14 +162,15 @@ func (g *Gateway) serverInfo() map[string]any {
 
 // discover answers 2026-07-28's server/discover.
 func (s *session) discover(ctx context.Context) any {
+	info, instr := s.g.identity(ctx) // catalogue.go
 	return map[string]any{
 		"resultType":        "complete",
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
 		"capabilities":      withTaskExtension(s.g.capabilities(ctx)),
-		"instructions":      instructions,
-		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": s.g.serverInfo()},
+		"instructions":      instr,
+		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": info},
 	}
 }
 
@@ -211,9 +213,11 @@ type mcpTool struct {
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	Annotations  json.RawMessage `json:"annotations,omitempty"`
 	Execution    *toolExecution  `json:"execution,omitempty"`
+	Meta         json.RawMessage `json:"_meta,omitempty"`
 }
 
 func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
+	s.g.awaitCurrent(ctx) // catalogue.go
 	tools, err := s.g.listTools(ctx)
 	if err != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot list tools: the coordinator is unavailable")
@@ -227,7 +231,7 @@ func (s *session) toolsList(ctx context.Context) (any, *jsonrpc.Error) {
 		out = append(out, mcpTool{
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(), InputSchema: in,
 			OutputSchema: nonEmpty(t.GetOutputSchemaJson()), Annotations: publicAnnotations(t.GetAnnotationsJson()),
-			Execution: execution(t),
+			Execution: execution(t), Meta: toolMeta(t),
 		})
 	}
 	return map[string]any{"tools": out}, nil

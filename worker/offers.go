@@ -64,6 +64,11 @@ type Offers struct {
 	Prompts     []*Prompt
 	Completions bool
 	Subscribe   bool
+	// ServerInfo and Instructions are those of the MCP server the worker
+	// fronts, if it fronts one: while every live worker fronts the same
+	// server, the gateway shows them to its clients as its own.
+	ServerInfo   *mcp.Implementation
+	Instructions string
 }
 
 // offered is what the worker serves besides tools, and how.
@@ -75,6 +80,8 @@ type offered struct {
 	complete  RequestHandler // nil: no completions
 	subscribe RequestHandler // nil: no subscriptions
 	generic   RequestHandler // set by SetOffers: answers every method
+	server    []byte         // the fronted server's serverInfo, as JSON
+	instruct  string         // and its instructions
 }
 
 type offer struct {
@@ -187,6 +194,10 @@ func (w *Worker) SetOffers(o Offers, h RequestHandler) {
 	if o.Subscribe {
 		next.subscribe = h
 	}
+	if o.ServerInfo != nil {
+		next.server, _ = json.Marshal(o.ServerInfo)
+		next.instruct = o.Instructions
+	}
 	w.mu.Lock()
 	w.offered = next
 	w.toolsGen++
@@ -275,10 +286,11 @@ func (f *offered) proto() ([]*pb.Offer, *pb.Features) {
 		out = append(out, &pb.Offer{Kind: o.kind, Key: o.key, Json: b})
 	}
 	features := &pb.Features{
-		Resources:   len(f.resources) > 0 || len(f.templates) > 0 || f.subscribe != nil,
-		Subscribe:   f.subscribe != nil,
-		Prompts:     len(f.prompts) > 0,
-		Completions: f.complete != nil,
+		Resources:      len(f.resources) > 0 || len(f.templates) > 0 || f.subscribe != nil,
+		Subscribe:      f.subscribe != nil,
+		Prompts:        len(f.prompts) > 0,
+		Completions:    f.complete != nil,
+		ServerInfoJson: f.server, Instructions: f.instruct,
 	}
 	return out, features
 }

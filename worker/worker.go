@@ -61,6 +61,9 @@ type Tool struct {
 	// OutputSchema and Annotations are optional JSON.
 	OutputSchema json.RawMessage
 	Annotations  json.RawMessage
+	// Meta is the tool's _meta, a JSON object shown to clients as it is
+	// (MCP Apps' ui.resourceUri, say); optional.
+	Meta json.RawMessage
 	// Idempotent is the operator's word that running the tool again with
 	// the same arguments has no further effect. A call lost with its worker
 	// before anything of it reached the client may then be retried once,
@@ -240,7 +243,7 @@ func (w *Worker) toolListLocked() []*pb.Tool {
 			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
 			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
 			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent, TaskSupport: r.tool.TaskSupport,
-			DeferTask: r.tool.DeferTask,
+			DeferTask: r.tool.DeferTask, MetaJson: r.tool.Meta,
 		})
 	}
 	return out

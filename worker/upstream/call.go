@@ -45,11 +45,14 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 	defer a.calls.add(ctx, c, s)()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
-	ctx = withRelay(ctx, r)
+	ctx = withCall(withRelay(ctx, r), c)
 	res, err := a.callTool(ctx, s, c, r)
 	if err != nil {
 		upErr = err
 		return nil, a.callFailed(ctx, c, tc, err)
+	}
+	if a.opts.URL == "" {
+		r.awaitTrailing(ctx)
 	}
 	return res, nil
 }
@@ -78,7 +81,7 @@ func (a *Adapter) callTool(ctx context.Context, s *mcp.ClientSession, c *worker.
 	res, err := s.CallTool(ctx, p)
 	switch {
 	case err == nil:
-		return res, nil
+		return toolResult(res), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.As(err, new(*jsonrpc.Error)):
@@ -131,12 +134,61 @@ type relay struct {
 
 	mu     sync.Mutex // held across a send, so none follows close
 	closed bool
+	last   float64       // the last progress relayed, and its total
+	total  float64       //
+	moved  chan struct{} // closed and replaced on each progress relayed
+}
+
+// Progress the server wrote after its result. Some stdio servers write
+// notifications from a goroutine of their own and responses from the
+// handler's (mcp-go's does), so a tool's progress, sent before its
+// result, may reach the wire after it, even all of it. Nothing on the
+// wire says whether more is coming, so over stdio the adapter holds a
+// result whose progress has not reached its total while progress may
+// still trail it: until none came for trailingQuiet, at most trailingMax
+// in all. That is the price of a call that asked for progress and got
+// none, or none up to its total; a call that asked for none, or whose
+// progress reached its total, waits for nothing. Over HTTP a request's
+// stream ends with its response, so nothing trails it.
+const (
+	trailingQuiet = 50 * time.Millisecond
+	trailingMax   = time.Second
+)
+
+// awaitTrailing waits for the progress that trails the server's result.
+func (r *relay) awaitTrailing(ctx context.Context) {
+	if r.token == "" {
+		return
+	}
+	limit := time.NewTimer(trailingMax)
+	defer limit.Stop()
+	quiet := time.NewTimer(trailingQuiet)
+	defer quiet.Stop()
+	for {
+		r.mu.Lock()
+		done := r.closed || r.total > 0 && r.last >= r.total
+		moved := r.moved
+		r.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-moved:
+			quiet.Reset(trailingQuiet)
+		case <-quiet.C:
+			return
+		case <-limit.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // add routes a fresh token to c, if c wants progress. The route closes as
 // soon as ctx is done.
 func (p *progressRoutes) add(ctx context.Context, c *worker.Call) *relay {
-	r := &relay{ctx: ctx, call: c}
+	r := &relay{ctx: ctx, call: c, moved: make(chan struct{})}
 	if !c.WantsProgress() {
 		return r
 	}
@@ -181,6 +233,9 @@ func (r *relay) send(progress, total float64, msg string) {
 		return
 	}
 	r.call.Progress(progress, total, msg)
+	r.last, r.total = progress, total
+	close(r.moved)
+	r.moved = make(chan struct{})
 }
 
 func (r *relay) close() {

@@ -31,6 +31,12 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(workerProcEnv); args != "" {
 		os.Exit(runWorkerProc(args)) // a worker process of a test
 	}
+	if os.Getenv(fixtureServerEnv) != "" {
+		os.Exit(runFixtureServer()) // a fronted server of a test
+	}
+	if os.Getenv(mcpgoServerEnv) != "" {
+		os.Exit(runMcpgoServer()) // a fronted server of a test, on another SDK
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -54,6 +54,9 @@ func (a *Adapter) registerOffers(ctx context.Context, s *mcp.ClientSession) erro
 		}
 	}
 	o.Completions = caps.Completions != nil
+	if r := s.InitializeResult(); r != nil {
+		o.ServerInfo, o.Instructions = r.ServerInfo, r.Instructions
+	}
 	a.w.SetOffers(o, a.request)
 	a.log.Info("registered the upstream's resources and prompts", "resources", len(o.Resources), "templates", len(o.Templates), "prompts", len(o.Prompts))
 	return nil
@@ -80,11 +83,11 @@ func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
 	if skip := a.sharedSubscription(c); skip {
 		return struct{}{}, nil // another client session still wants the resource
 	}
-	res, err := forward(ctx, s, c)
+	res, err := forward(withCall(ctx, c), s, c)
 	var rpcErr *jsonrpc.Error
 	switch {
 	case err == nil:
-		return res, nil
+		return neutral(res), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.As(err, &rpcErr):

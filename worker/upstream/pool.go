@@ -317,10 +317,13 @@ func (p *pool) pids() []int {
 // session alone.
 func clientOptions(a *Adapter, key string) *mcp.ClientOptions {
 	return &mcp.ClientOptions{
-		// Sampling, elicitation and roots are the calls' clients' (toward.go).
-		Capabilities:           towardCapabilities(),
-		LoggingMessageHandler:  func(_ context.Context, r *mcp.LoggingMessageRequest) { a.sessionLog(key, r.Params) },
-		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) { a.resourceUpdated(key, r.Params) },
+		// Sampling, elicitation and roots are the calls' clients' (toward.go),
+		// asked by the server or by its multi round-trip.
+		Capabilities:                  towardCapabilities(),
+		ElicitationHandler:            elicitInput,
+		CreateMessageWithToolsHandler: sampleInput,
+		LoggingMessageHandler:         func(_ context.Context, r *mcp.LoggingMessageRequest) { a.sessionLog(key, r.Params) },
+		ResourceUpdatedHandler:        func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) { a.resourceUpdated(key, r.Params) },
 		// A URL elicitation's completion goes to the client session that
 		// was asked it, on either kind of connection (the worker knows it).
 		ElicitationCompleteHandler: func(_ context.Context, r *mcp.ElicitationCompleteNotificationRequest) {

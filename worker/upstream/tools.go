@@ -66,6 +66,11 @@ func workerTool(t *mcp.Tool) (worker.Tool, error) {
 			return wt, fmt.Errorf("annotations: %w", err)
 		}
 	}
+	if len(t.Meta) > 0 {
+		if wt.Meta, err = json.Marshal(t.Meta); err != nil {
+			return wt, fmt.Errorf("_meta: %w", err)
+		}
+	}
 	return wt, nil
 }
 

@@ -22,15 +22,23 @@ import (
 // (notifications/cancelled), the SDK ends the request's context, the call
 // withdraws its request and the gateway cancels it at the client.
 //
-// Stdio carries no relation between a server's request and the call it
-// serves. A request is therefore related to the call in flight on its
-// upstream session when exactly one is. Otherwise, on an upstream session
-// kept for one client session (per-client mode), the request is still
-// that client's: with no call in flight (roots/list after initialize) or
-// several, it is asked of the client session itself, outside any call
-// (Worker.AskSession), on its GET stream or stdout. On the shared
-// session, such a request has no defined client and the server is
-// answered with an error.
+// roots/list serves no call: a client's roots are its session's, and
+// servers ask for them after initialize and on roots/list_changed, then
+// keep them. Tying it to a call would make a 2026-07-28 client answer it
+// by multi round-trip and run the call's tool again. So it is always the
+// session's: on an upstream session kept for one client session
+// (per-client mode) it is asked of that client outside any call
+// (Worker.AskSession), on its GET stream or stdout; on the shared
+// session, which no client owns, the adapter answers as the SDK does,
+// with the roots it declares (none).
+//
+// Sampling and elicitation serve the call that asks them, but stdio
+// carries no relation between a server's request and its call. Such a
+// request is therefore related to the call in flight on its upstream
+// session when exactly one is. Otherwise, on an upstream session kept for
+// one client session, it is asked of the client session itself; on the
+// shared session it has no defined client and the server is answered
+// with an error.
 
 // sessionAskTimeout bounds a request asked of a client session outside
 // any call: nothing answers one whose client opened no GET stream.
@@ -113,26 +121,34 @@ func (a *Adapter) relayToClient(key string) mcp.Middleware {
 
 func (a *Adapter) relayFor(key string, next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		var result mcp.Result
 		switch method {
 		case "sampling/createMessage":
-			result = &mcp.CreateMessageResult{}
+			raw, err := a.askClient(ctx, key, method, req)
+			return decodeAnswer(raw, err, &mcp.CreateMessageResult{})
 		case "elicitation/create":
-			result = &mcp.ElicitResult{}
+			raw, err := a.askClient(ctx, key, method, req)
+			return decodeAnswer(raw, err, &mcp.ElicitResult{})
 		case "roots/list":
-			result = &mcp.ListRootsResult{}
+			if key == "" {
+				return next(ctx, method, req) // the SDK's answer: the adapter's roots
+			}
+			raw, err := a.askSession(ctx, key, method, req)
+			return decodeAnswer(raw, err, &mcp.ListRootsResult{})
 		default:
 			return next(ctx, method, req)
 		}
-		raw, err := a.askClient(ctx, key, method, req)
-		if err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(raw, result); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's answer does not decode: " + err.Error()}
-		}
-		return result, nil
 	}
+}
+
+// decodeAnswer is the client's answer as the result the server hears.
+func decodeAnswer(raw json.RawMessage, err error, result mcp.Result) (mcp.Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, result); err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's answer does not decode: " + err.Error()}
+	}
+	return result, nil
 }
 
 // askSession asks the client session key a server request outside any
@@ -187,6 +203,12 @@ func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Req
 		a.log.Info("refusing a server request toward the client", "method", method, "reason", msg)
 		return nil, &jsonrpc.Error{Code: codeNoCall, Message: msg}
 	}
+	return askCall(ctx, c, callCtx, method, req)
+}
+
+// askCall relays a request to the client of call c, whose context is
+// callCtx. It ends when the server cancels it (ctx) or the call ends.
+func askCall(ctx context.Context, c *worker.Call, callCtx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
 	params, err := json.Marshal(wireParams(req))
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
@@ -196,4 +218,58 @@ func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Req
 	defer cancel()
 	raw, err := c.Request(ctx, method, params)
 	return raw, answerError(err)
+}
+
+// A server that speaks 2026-07-28 asks by multi round-trip: its result is
+// input_required, with inputRequests. The SDK fulfils them through the
+// client's handlers, in the context of the request they answer, and
+// retries the request with the answers and the server's requestState. So
+// these questions are related to their call exactly, whatever the
+// transport: the adapter's handlers relay each to the call's client (a
+// 2025-era client gets it on the call's stream; a 2026-07-28 client as
+// the gateway's own input_required, the call running again with the
+// answers so far), and the SDK retries the server. roots/list input
+// requests are answered by the SDK with the adapter's roots (none): roots
+// are the session's (above).
+
+// callKey carries, in the context of a request to the server, the call it
+// serves.
+type callKey struct{}
+
+type servedCall struct {
+	call *worker.Call
+	ctx  context.Context // the call's
+}
+
+func withCall(ctx context.Context, c *worker.Call) context.Context {
+	return context.WithValue(ctx, callKey{}, servedCall{call: c, ctx: ctx})
+}
+
+// askInput relays one input request of the server's multi round-trip to
+// the client of the call it serves.
+func askInput(ctx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
+	sc, ok := ctx.Value(callKey{}).(servedCall)
+	if !ok {
+		return nil, &jsonrpc.Error{Code: codeNoCall, Message: "the input request serves no call"}
+	}
+	return askCall(ctx, sc.call, sc.ctx, method, req)
+}
+
+func elicitInput(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	raw, err := askInput(ctx, "elicitation/create", req)
+	return answerAs[mcp.ElicitResult](raw, err)
+}
+
+func sampleInput(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+	raw, err := askInput(ctx, "sampling/createMessage", req)
+	return answerAs[mcp.CreateMessageWithToolsResult](raw, err)
+}
+
+// answerAs is the client's answer as an R.
+func answerAs[R any](raw json.RawMessage, err error) (*R, error) {
+	r := new(R)
+	if _, err := decodeAnswer(raw, err, any(r).(mcp.Result)); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

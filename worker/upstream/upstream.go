@@ -16,6 +16,14 @@
 // the adapter stops relaying progress at once and drops any late result,
 // whatever the server does.
 //
+// What the server says passes whole, in whichever revision the adapter
+// negotiated with it: the _meta of its tools, resources, prompts and
+// results, its serverInfo and instructions (shown by the gateway while it
+// is the only server fronted), and every progress notification it sent
+// before a result (call.go). Its requests toward the client, and the
+// questions of its 2026-07-28 multi round-trips, go to the client of the
+// call they serve; roots/list is its client session's (toward.go).
+//
 // A child process is supervised: if it dies, its in-flight calls fail with
 // a clear error and it is restarted with backoff; its stderr is logged;
 // on shutdown its whole process group is killed.

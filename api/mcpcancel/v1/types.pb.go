@@ -355,6 +355,9 @@ type Tool struct {
 	// on another worker. Unlike annotations, which come from the tool's
 	// author and are hints, this is the operator's word.
 	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// The tool's _meta (MCP Apps' ui, say), as a JSON object; may be empty.
+	// Shown to clients as it is.
+	MetaJson []byte `protobuf:"bytes,8,opt,name=meta_json,json=metaJson,proto3" json:"meta_json,omitempty"`
 	// Whether the tool runs as an MCP task (execution.taskSupport):
 	// "forbidden" (or empty), "optional" or "required".
 	TaskSupport string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
@@ -444,6 +447,13 @@ func (x *Tool) GetIdempotent() bool {
 		return x.Idempotent
 	}
 	return false
+}
+
+func (x *Tool) GetMetaJson() []byte {
+	if x != nil {
+		return x.MetaJson
+	}
+	return nil
 }
 
 func (x *Tool) GetTaskSupport() string {
@@ -977,9 +987,15 @@ type Features struct {
 	// The worker serves prompts.
 	Prompts bool `protobuf:"varint,3,opt,name=prompts,proto3" json:"prompts,omitempty"`
 	// It answers completion/complete for its prompts and resource templates.
-	Completions   bool `protobuf:"varint,4,opt,name=completions,proto3" json:"completions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Completions bool `protobuf:"varint,4,opt,name=completions,proto3" json:"completions,omitempty"`
+	// The serverInfo (an MCP Implementation, as JSON) and instructions of
+	// the MCP server the worker fronts, if it fronts one. The catalogue
+	// carries them only while every live worker fronts the same server, so
+	// that a gateway fronting one server shows its clients that server.
+	ServerInfoJson []byte `protobuf:"bytes,5,opt,name=server_info_json,json=serverInfoJson,proto3" json:"server_info_json,omitempty"`
+	Instructions   string `protobuf:"bytes,6,opt,name=instructions,proto3" json:"instructions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Features) Reset() {
@@ -1040,6 +1056,20 @@ func (x *Features) GetCompletions() bool {
 	return false
 }
 
+func (x *Features) GetServerInfoJson() []byte {
+	if x != nil {
+		return x.ServerInfoJson
+	}
+	return nil
+}
+
+func (x *Features) GetInstructions() string {
+	if x != nil {
+		return x.Instructions
+	}
+	return ""
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -1052,7 +1082,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xb9\x02\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xd6\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -1062,7 +1092,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05title\x18\x06 \x01(\tR\x05title\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\x12!\n" +
+	"idempotent\x12\x1b\n" +
+	"\tmeta_json\x18\b \x01(\fR\bmetaJson\x12!\n" +
 	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\x12\x1d\n" +
 	"\n" +
 	"defer_task\x18P \x01(\bR\tdeferTask\"\xd9\x04\n" +
@@ -1116,12 +1147,14 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05Offer\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
-	"\x04json\x18\x03 \x01(\fR\x04json\"\x82\x01\n" +
+	"\x04json\x18\x03 \x01(\fR\x04json\"\xd0\x01\n" +
 	"\bFeatures\x12\x1c\n" +
 	"\tresources\x18\x01 \x01(\bR\tresources\x12\x1c\n" +
 	"\tsubscribe\x18\x02 \x01(\bR\tsubscribe\x12\x18\n" +
 	"\aprompts\x18\x03 \x01(\bR\aprompts\x12 \n" +
-	"\vcompletions\x18\x04 \x01(\bR\vcompletions*\x8a\x01\n" +
+	"\vcompletions\x18\x04 \x01(\bR\vcompletions\x12(\n" +
+	"\x10server_info_json\x18\x05 \x01(\fR\x0eserverInfoJson\x12\"\n" +
+	"\finstructions\x18\x06 \x01(\tR\finstructions*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +

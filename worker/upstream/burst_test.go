@@ -1,0 +1,151 @@
+package upstream_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker/upstream"
+)
+
+// Every progress notification a fronted server sends before its result
+// reaches the client before that result, in order, though the server
+// (the Go SDK's) sends them back to back with its result: 20 of them, over
+// stdio and HTTP, to a 2025-11-25 session and to a 2026-07-28 request. The
+// client reads the call's stream raw: what is checked is the gateway's
+// wire.
+func TestEveryProgressOfABurstArrives(t *testing.T) {
+	const n, rounds = 20, 5
+	for _, tr := range []struct {
+		name string
+		opts func(*testing.T) upstream.Options
+	}{
+		{"stdio", func(*testing.T) upstream.Options { return fixtureStdio() }},
+		{"http", func(t *testing.T) upstream.Options { return fixtureHTTP(t, false) }},
+		{"http-2026", func(t *testing.T) upstream.Options { return fixtureHTTP(t, true) }},
+		{"mcp-go-stdio", func(*testing.T) upstream.Options { return mcpgoStdio() }},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			st := startStack(t, tr.opts(t), "burst")
+			for _, era := range []string{"2025-11-25", "2026-07-28"} {
+				t.Run(era, func(t *testing.T) {
+					for round := range rounds {
+						got := burstCall(t, st.url, era, round+1, n)
+						want := make([]float64, n)
+						for i := range want {
+							want[i] = float64(i + 1)
+						}
+						if fmt.Sprint(got) != fmt.Sprint(want) {
+							t.Fatalf("round %d: progress %v before the result; want %v", round, got, want)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// burstCall calls burst {n} in era with a progress token and returns the
+// progress the call's stream carried before the result; it fails the test
+// on anything after the result, or on no result.
+func burstCall(t *testing.T, url, era string, id, n int) []float64 {
+	t.Helper()
+	h := map[string]string{}
+	meta := fmt.Sprintf(`{"progressToken":"tok-%d"}`, id)
+	if era == "2026-07-28" {
+		h["Mcp-Protocol-Version"], h["Mcp-Method"], h["Mcp-Name"] = era, "tools/call", "burst"
+		meta = fmt.Sprintf(`{"progressToken":"tok-%d","io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{}}`, id, era)
+	} else {
+		h["Mcp-Session-Id"] = initSession(t, url, era)
+		h["Mcp-Protocol-Version"] = era
+	}
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"burst","arguments":{"n":%d},"_meta":%s}}`, id, n, meta)
+	var progress []float64
+	answered := false
+	for _, data := range sseMessages(t, url, h, body) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Progress float64 `json:"progress"`
+			} `json:"params"`
+			Result json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("bad event %q", data)
+		}
+		switch {
+		case answered:
+			t.Fatalf("%s after the result", data)
+		case m.Method == "notifications/progress":
+			progress = append(progress, m.Params.Progress)
+		case m.Result != nil:
+			answered = true
+		default:
+			t.Fatalf("unexpected %s", data)
+		}
+	}
+	if !answered {
+		t.Fatalf("no result; progress %v", progress)
+	}
+	return progress
+}
+
+// initSession opens a 2025-era session with the gateway.
+func initSession(t *testing.T, url, era string) string {
+	t.Helper()
+	resp, b := testcluster.PostMCP(t, url, "", "", fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, era))
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: %s %s", resp.Status, b)
+	}
+	resp, b = testcluster.PostMCP(t, url, "", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %s %s", resp.Status, b)
+	}
+	return sid
+}
+
+// sseMessages POSTs body with headers h and returns the JSON-RPC messages
+// of the response: its SSE events' data, or its JSON body.
+func sseMessages(t *testing.T, url string, h map[string]string, body string) []json.RawMessage {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ct := resp.Header.Get("Content-Type")
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("HTTP %s %s: %s", resp.Status, ct, b)
+	}
+	if !strings.HasPrefix(ct, "text/event-stream") {
+		b, _ := io.ReadAll(resp.Body)
+		return []json.RawMessage{b}
+	}
+	var out []json.RawMessage
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<22)
+	for sc.Scan() {
+		if data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: ")); ok {
+			out = append(out, bytes.Clone(data))
+		}
+	}
+	return out
+}
