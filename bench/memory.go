@@ -147,7 +147,7 @@ func (d *deployment) close() {
 // not returned.
 const (
 	callsInFlight   = "mcpcancel_worker_calls_in_flight"
-	handlersRunning = "mcpcancel_worker_handlers_running"
+	handlersRunning = "mcpcancel_worker_running_handlers"
 )
 
 func (d *deployment) workerGauge(ctx context.Context, name string) (float64, error) {

@@ -8,9 +8,10 @@ import (
 
 // metrics are the coordinator's Prometheus metrics.
 type metrics struct {
-	reg       *prometheus.Registry
-	decisions *prometheus.CounterVec
-	cancels   *prometheus.CounterVec
+	reg          *prometheus.Registry
+	decisions    *prometheus.CounterVec
+	tasksCreated prometheus.Counter
+	cancels      *prometheus.CounterVec
 	// Completions sent on workers' control streams (CompleteCall), which
 	// gRPC's per-method metrics do not see.
 	streamCompletes prometheus.Counter
@@ -31,8 +32,12 @@ func newMetrics(s *Server) *metrics {
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpcancel_coordinator_decisions_total",
-			Help: "Audited decisions this replica wrote, by outcome (completed, cancelled, failed, cancel_lost).",
-		}, []string{"outcome"}),
+			Help: "Audited decisions this replica wrote, by outcome (completed, cancelled, failed, cancel_lost) and initiator (client, timeout, disconnect, shutdown, operator, worker_lost, tool; none for a completion).",
+		}, []string{"outcome", "initiator"}),
+		tasksCreated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpcancel_coordinator_tasks_created_total",
+			Help: "MCP tasks this replica created.",
+		}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpcancel_coordinator_cancellations_total",
 			Help: "Cancel requests this replica answered, by result (cancelled, already_completed, already_failed, already_cancelled, unknown).",
@@ -59,7 +64,7 @@ func newMetrics(s *Server) *metrics {
 		defer s.view.mu.Unlock()
 		return float64(len(s.view.owners))
 	})
-	m.reg.MustRegister(m.decisions, m.cancels, m.streamCompletes, workers, running,
+	m.reg.MustRegister(m.decisions, m.tasksCreated, m.cancels, m.streamCompletes, workers, running,
 		m.stopLatency, m.commitDuration, m.janitorLeader, m.janitorErrors, m.overdue, newToolWorkers(s.view),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
@@ -75,4 +80,13 @@ var cancelResultNames = map[pb.CancelResult]string{
 	pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED:    "already_failed",
 	pb.CancelResult_CANCEL_RESULT_ALREADY_CANCELLED: "already_cancelled",
 	pb.CancelResult_CANCEL_RESULT_UNKNOWN:           "unknown",
+}
+
+// decided counts n decisions of one outcome by one initiator ("" for
+// none: a completion).
+func (m *metrics) decided(outcome, initiator string, n int) {
+	if initiator == "" {
+		initiator = "none"
+	}
+	m.decisions.WithLabelValues(outcome, initiator).Add(float64(n))
 }

@@ -281,7 +281,7 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 			s.running.remove(c.rec.CallID)
 			ids = append(ids, c.rec.CallID)
 		}
-		s.metrics.decisions.WithLabelValues(d.state).Add(float64(len(calls)))
+		s.metrics.decided(d.state, d.initiator, len(calls))
 		return ids, nil
 	}
 	for _, c := range calls {

@@ -194,7 +194,7 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		}
 		return cur[0], nil
 	}
-	s.metrics.decisions.WithLabelValues(d.state).Inc()
+	s.metrics.decided(d.state, d.initiator, 1)
 	return nil, nil
 }
 
@@ -221,7 +221,7 @@ func (s *Server) recordLost(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 		return etcdErr(ctx, "record lost cancel", err)
 	}
 	if resp.Succeeded { // else another late cancel recorded it
-		s.metrics.decisions.WithLabelValues(outcomeCancelLost).Inc()
+		s.metrics.decided(outcomeCancelLost, d.initiator, 1)
 	}
 	return nil
 }

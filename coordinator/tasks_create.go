@@ -72,7 +72,7 @@ func (s *Server) createTask(ctx context.Context, req *pb.CreateTaskRequest) (*pb
 		switch {
 		case err == nil:
 			s.view.addOwner(w.name, rec.CallID)
-			s.metrics.decisions.WithLabelValues("task_created").Inc()
+			s.metrics.tasksCreated.Inc()
 			return &pb.CreateTaskResponse{
 				Task: s.taskProto(rec, fence), WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
 			}, nil

@@ -24,7 +24,7 @@ func TestStdioDisconnectStopsHandlersBeforeTheDecision(t *testing.T) {
 	c.initialize(t, "2025-11-25")
 	c.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"seconds":600,"steps":1}}}`)
 	waitFor(t, "the handler to run", func() bool {
-		return testcluster.Gauge(t, st.w.Registry(), "mcpcancel_worker_handlers_running") == 1
+		return testcluster.Gauge(t, st.w.Registry(), "mcpcancel_worker_running_handlers") == 1
 	})
 	before := testcluster.HandledRPCs(t, st.coord.Server.Registry())["Cancel"]
 	link.Set(faultproxy.Delay, 300*time.Millisecond)

@@ -34,7 +34,7 @@ func TestCallersGoneStopsTheHandlerBeforeTheDecision(t *testing.T) {
 	if err != nil || other.GetStopped() != 0 {
 		t.Fatalf("CallersGone from another connection: %v, %v; want nothing stopped", other, err)
 	}
-	if n := testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_handlers_running"); n != 1 {
+	if n := testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_running_handlers"); n != 1 {
 		t.Fatalf("%v handlers running after another connection's CallersGone, want 1", n)
 	}
 
@@ -44,7 +44,7 @@ func TestCallersGoneStopsTheHandlerBeforeTheDecision(t *testing.T) {
 		t.Fatalf("CallersGone from the call's own connection: %v, %v; want it stopped", own, err)
 	}
 	testcluster.WaitFor(t, "the handler to return", func() bool {
-		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_handlers_running") == 0
+		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_running_handlers") == 0
 	})
 	got, err := c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: bg.CallId}})
 	if err != nil || got.GetCall().GetState() != pb.CallState_CALL_STATE_RUNNING {

@@ -35,7 +35,7 @@ func newMetrics(w *Worker) *metrics {
 		return float64(len(w.calls))
 	})
 	handlers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "mcpcancel_worker_handlers_running",
+		Name: "mcpcancel_worker_running_handlers",
 		Help: "Handlers running on this worker: calls whose handler has not returned.",
 	}, func() float64 { return float64(w.handlers.Load()) })
 	m.reg.MustRegister(m.calls, m.cancelStop, inflight, handlers,

@@ -356,7 +356,7 @@ func TestDashboardAndRulesNameExportedMetrics(t *testing.T) {
 		`mcpcancel_coordinator_tool_workers{tool="echo"}`:            1,
 		"mcpcancel_coordinator_overdue_calls":                        0,
 		`mcpcancel_gateway_cancellations_total{result="won"}`:        1,
-		`mcpcancel_coordinator_decisions_total{outcome="cancelled"}`: 1,
+		`mcpcancel_coordinator_decisions_total{initiator="client",outcome="cancelled"}`: 1,
 	} {
 		if values[series] != want {
 			t.Errorf("%s = %v, want %v", series, values[series], want)
