@@ -24,13 +24,17 @@ func (s *Server) Health() *health.Server { return s.health.hs }
 type healthState struct {
 	hs *health.Server
 
+	// changed has a token when a watch opened or closed: runHealth looks
+	// again at once rather than at its next interval.
+	changed chan struct{}
+
 	mu       sync.Mutex
 	watching map[string]bool // watched prefix -> open
 	serving  bool
 }
 
 func newHealthState() *healthState {
-	h := &healthState{hs: health.NewServer(), watching: map[string]bool{}}
+	h := &healthState{hs: health.NewServer(), watching: map[string]bool{}, changed: make(chan struct{}, 1)}
 	h.setLocked(false)
 	return h
 }
@@ -38,8 +42,15 @@ func newHealthState() *healthState {
 // watch records whether the watch of prefix is open.
 func (h *healthState) watch(prefix string, open bool) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	was := h.watching[prefix]
 	h.watching[prefix] = open
+	h.mu.Unlock()
+	if was != open {
+		select {
+		case h.changed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (h *healthState) watchesOpen(prefixes ...string) bool {
@@ -73,8 +84,10 @@ func (h *healthState) setLocked(serving bool) {
 	h.hs.SetServingStatus(pb.CoordinatorService_ServiceDesc.ServiceName, st)
 }
 
-// runHealth probes etcd every HealthInterval until ctx is done, then
-// shuts the health service down.
+// runHealth probes etcd every HealthInterval, and at once when a watch
+// opens or closes (a replica starting serves as soon as its watches are
+// open, not an interval later), until ctx is done; then it shuts the
+// health service down.
 func (s *Server) runHealth(ctx context.Context) error {
 	defer s.health.hs.Shutdown()
 	t := time.NewTicker(s.opts.HealthInterval)
@@ -88,6 +101,7 @@ func (s *Server) runHealth(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-s.health.changed:
 		}
 	}
 }
