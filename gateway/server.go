@@ -16,6 +16,8 @@ import (
 func (g *Gateway) Mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.Handler())
+	mux.HandleFunc("/sse", notServed2024)
+	mux.HandleFunc("/messages", notServed2024)
 	g.registerMetadata(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -88,4 +90,12 @@ func (g *Gateway) waitCalls(ctx context.Context) {
 	if g.waitNoCalls(ctx) != nil {
 		g.Close()
 	}
+}
+
+// notServed2024 answers the endpoints of the 2024-11-05 HTTP+SSE
+// transport, which the gateway does not serve, with what to use instead,
+// so that an old client's user reads why rather than a bare 404.
+func notServed2024(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "mcpcancel serves MCP over Streamable HTTP at /mcp (revisions 2025-03-26 and later); "+
+		"the 2024-11-05 HTTP+SSE transport (/sse, /messages) is not served", http.StatusNotFound)
 }
