@@ -352,10 +352,10 @@ func TestDashboardAndRulesNameExportedMetrics(t *testing.T) {
 		t.Errorf("%s = %v, want 1 (the cancelled sleep)", stopSeries, values[stopSeries])
 	}
 	for series, want := range map[string]float64{
-		"mcpcancel_coordinator_janitor_leader":                       1,
-		`mcpcancel_coordinator_tool_workers{tool="echo"}`:            1,
-		"mcpcancel_coordinator_overdue_calls":                        0,
-		`mcpcancel_gateway_cancellations_total{result="won"}`:        1,
+		"mcpcancel_coordinator_janitor_leader":                                          1,
+		`mcpcancel_coordinator_tool_workers{tool="echo"}`:                               1,
+		"mcpcancel_coordinator_overdue_calls":                                           0,
+		`mcpcancel_gateway_cancellations_total{result="won"}`:                           1,
 		`mcpcancel_coordinator_decisions_total{initiator="client",outcome="cancelled"}`: 1,
 	} {
 		if values[series] != want {
