@@ -138,6 +138,13 @@ func TestAuditSearchAndTimeline(t *testing.T) {
 	if code, _ := get(t, s.console+"/calls/"+strings.Repeat("0", 32)); code != http.StatusNotFound {
 		t.Errorf("timeline of an unknown call: %d, want 404", code)
 	}
+	// The short id the pages and the CLI show leads to the same page.
+	if code, short := get(t, s.console+"/calls/"+id[:8]); code != http.StatusOK || !strings.Contains(short, `data-step="decided"`) || !strings.Contains(short, id) {
+		t.Errorf("timeline by short id %s: %d", id[:8], code)
+	}
+	if code, _ := get(t, s.console+"/calls/00000000"); code != http.StatusNotFound {
+		t.Errorf("timeline of an unknown short id: %d, want 404", code)
+	}
 	if code, body := get(t, s.console+"/workers"); code != http.StatusOK || !strings.Contains(body, "w1") || !strings.Contains(body, "sleep") {
 		t.Errorf("workers page: %d\n%s", code, body)
 	}

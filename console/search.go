@@ -115,6 +115,10 @@ type callData struct {
 // callPage is a call's timeline, from its record and its audit records.
 func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 	id := strings.ToLower(r.PathValue("id"))
+	if len(id) < callIDLen {
+		c.redirectShort(w, r, id)
+		return
+	}
 	resp, err := c.opts.Coordinator.GetCall(r.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: id}})
 	if status.Code(err) == codes.NotFound {
 		http.Error(w, "No call "+id+" is on record (settled calls are kept for the retention period).", http.StatusNotFound)
@@ -202,4 +206,47 @@ func paren(s string) string {
 		return ""
 	}
 	return "(" + s + ")"
+}
+
+// callIDLen is the length of a full call id (hex).
+const callIDLen = 32
+
+// redirectShort sends a call's short id (the first characters the pages
+// and the CLI show) to its page under its full id: a running call's,
+// else one on the audit record. A prefix that names several calls, or
+// none, says so.
+func (c *Console) redirectShort(w http.ResponseWriter, r *http.Request, prefix string) {
+	if prefix == "" || strings.Trim(prefix, "0123456789abcdef") != "" {
+		http.Error(w, "A call id is hex digits: "+prefix+" is not one.", http.StatusNotFound)
+		return
+	}
+	ids := map[string]bool{}
+	running, err := c.opts.Admin.ListCalls(r.Context(), &pb.ListCallsRequest{CallIdPrefix: prefix})
+	if err != nil {
+		c.fail(w, "list calls starting with "+prefix, err)
+		return
+	}
+	for _, rc := range running.GetCalls() {
+		ids[rc.GetCall().GetCallId()] = true
+	}
+	if len(ids) == 0 {
+		recs, _, err := c.search(r, &pb.ListAuditRequest{CallIdPrefix: prefix}, nil, 10)
+		if err != nil {
+			c.fail(w, "search the audit for "+prefix, err)
+			return
+		}
+		for _, rec := range recs {
+			ids[rec.GetCallId()] = true
+		}
+	}
+	switch len(ids) {
+	case 0:
+		http.Error(w, "No call whose id starts with "+prefix+" is running or on record.", http.StatusNotFound)
+	case 1:
+		for id := range ids {
+			http.Redirect(w, r, "/calls/"+id, http.StatusSeeOther)
+		}
+	default:
+		http.Error(w, "Several calls' ids start with "+prefix+"; give more of the id.", http.StatusNotFound)
+	}
 }
