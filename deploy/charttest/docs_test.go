@@ -1,6 +1,8 @@
 package charttest
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // The documents whose commands must match the chart, and the part of each
@@ -21,10 +24,11 @@ var docs = []struct{ path, section string }{
 }
 
 var (
-	shBlock  = regexp.MustCompile("(?s)```sh\n(.*?)```")
-	heredoc  = regexp.MustCompile(`(?s)cat > (\S+) <<'EOF'\n(.*?)\nEOF\n`)
-	kubeRef  = regexp.MustCompile(`\b(svc|deployment|statefulset)/([a-z0-9-]+)`)
-	fwdPorts = regexp.MustCompile(`port-forward svc/([a-z0-9-]+) \d+:(\d+)`)
+	shBlock   = regexp.MustCompile("(?s)```sh\n(.*?)```")
+	yamlBlock = regexp.MustCompile("(?s)\n( *)```yaml\n(.*?)\n *```")
+	heredoc   = regexp.MustCompile(`(?s)cat > (\S+) <<'EOF'\n(.*?)\nEOF\n`)
+	kubeRef   = regexp.MustCompile(`\b(svc|deployment|statefulset)/([a-z0-9-]+)`)
+	fwdPorts  = regexp.MustCompile(`port-forward svc/([a-z0-9-]+) \d+:(\d+)`)
 )
 
 // section is the text of doc from the heading to the next one of its level.
@@ -79,8 +83,9 @@ func shellWords(line string) []string {
 
 // TestDocsCommandsMatchChart renders every `helm install` and `helm
 // upgrade` command of the docs (as helm template, with the files the docs
-// write), checks each rendering like a scenario, and checks that every
-// object a kubectl command of the same document names is rendered.
+// write) and every values example, checks each rendering like a scenario,
+// and checks that every object a kubectl command of the same document
+// names is rendered.
 func TestDocsCommandsMatchChart(t *testing.T) {
 	for _, d := range docs {
 		t.Run(strings.TrimPrefix(d.path, repoRoot+"/"), func(t *testing.T) {
@@ -125,6 +130,7 @@ func TestDocsCommandsMatchChart(t *testing.T) {
 			if installs == 0 {
 				t.Fatalf("%s has no helm install command", d.path)
 			}
+			renderValuesExamples(t, text)
 			kinds := map[string]string{"svc": "service", "deployment": "deployment", "statefulset": "statefulset"}
 			for _, r := range refs {
 				if !rendered[kinds[r[1]]+"/"+r[2]] {
@@ -181,4 +187,51 @@ func renderDocCommand(t *testing.T, w []string, dir string) *manifest {
 	}
 	checkCommon(t, render(t, values, sets...))
 	return m
+}
+
+// renderValuesExamples renders every ```yaml block of text that is chart
+// values (its top-level keys are values.yaml's) over the defaults, and
+// checks each rendering like a scenario (every file a flag names is
+// mounted) and its flags with the binary: what an example sets must work
+// on its own.
+func renderValuesExamples(t *testing.T, text string) {
+	t.Helper()
+	var defaults map[string]any
+	if err := yaml.Unmarshal([]byte(readFile(t, chartDir+"/values.yaml")), &defaults); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range yamlBlock.FindAllStringSubmatch(text, -1) {
+		body := unindent(b[2], b[1])
+		var example map[string]any
+		if err := yaml.Unmarshal([]byte(body), &example); err != nil || len(example) == 0 {
+			continue
+		}
+		if slices.ContainsFunc(slices.Collect(maps.Keys(example)), func(k string) bool { _, ok := defaults[k]; return !ok }) {
+			continue // not chart values
+		}
+		file := filepath.Join(t.TempDir(), fmt.Sprintf("example-%d.yaml", i))
+		if err := os.WriteFile(file, []byte(body+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(fmt.Sprintf("values example %d", i), func(t *testing.T) {
+			m := render(t, []string{file})
+			checkCommon(t, m)
+			for _, w := range workloads(m) {
+				for _, c := range w.Pod.Spec.Containers {
+					if subcommand(c) != "" {
+						checkFlagValues(t, file, c)
+					}
+				}
+			}
+		})
+	}
+}
+
+// unindent removes indent from the start of every line of s.
+func unindent(s, indent string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, indent)
+	}
+	return strings.Join(lines, "\n")
 }

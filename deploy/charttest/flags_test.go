@@ -51,7 +51,7 @@ func (e *buildError) Error() string {
 	return "go build ./cmd/mcpcancel: " + e.err.Error() + "\n" + e.out
 }
 
-var helpFlag = regexp.MustCompile(`(?m)^  --([a-z0-9-]+)`)
+var helpFlag = regexp.MustCompile(`(?m)^  --([a-z0-9-]+)(?: (\S+))?`)
 
 // helpFlags are the flags `mcpcancel SUB --help` lists.
 func helpFlags(t *testing.T, sub string) map[string]bool {
@@ -63,6 +63,21 @@ func helpFlags(t *testing.T, sub string) map[string]bool {
 	flags := map[string]bool{}
 	for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
+	}
+	if len(flags) < 3 {
+		t.Fatalf("mcpcancel %s --help lists %d flags:\n%s", sub, len(flags), out)
+	}
+	return flags
+}
+
+// helpPlaceholders are the flags `mcpcancel SUB --help` lists, each with
+// the placeholder of its value ("file", "duration", ...; "" for a switch).
+func helpPlaceholders(t *testing.T, sub string) map[string]string {
+	t.Helper()
+	out, _ := exec.Command(mcpcancel(t), sub, "--help").Output()
+	flags := map[string]string{}
+	for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = m[2]
 	}
 	if len(flags) < 3 {
 		t.Fatalf("mcpcancel %s --help lists %d flags:\n%s", sub, len(flags), out)

@@ -73,6 +73,8 @@ func checkCommon(t *testing.T, m *manifest) {
 	checkEtcdCredentialsOnlyInCoordinator(t, m)
 	checkWorkersAdvertisePodIP(t, m)
 	checkCoordinatorTarget(t, m)
+	checkMounts(t, m)
+	checkStateKey(t, m)
 	checkNotes(t, m)
 }
 
@@ -558,6 +560,17 @@ func checkMTLSSecrets(t *testing.T, m *manifest) {
 	if len(all[*certificate](m)) != 0 {
 		t.Errorf("Certificates rendered without cert-manager")
 	}
+	if n := len(all[*corev1.Secret](m)) + len(all[*corev1.ConfigMap](m)); n != 0 {
+		t.Errorf("%d Secrets and ConfigMaps rendered although each is named", n)
+	}
+	gw := find[*appsv1.Deployment](t, m, full+"-gateway").Spec.Template.Spec
+	for _, want := range []string{"mcpcancel-gateway-state-key", "mcpcancel-auth-policy"} {
+		if !slices.ContainsFunc(gw.Volumes, func(v corev1.Volume) bool {
+			return (v.Secret != nil && v.Secret.SecretName == want) || (v.ConfigMap != nil && v.ConfigMap.Name == want)
+		}) {
+			t.Errorf("the gateway pods do not mount %s: %+v", want, gw.Volumes)
+		}
+	}
 }
 
 func checkEverything(t *testing.T, m *manifest) {
@@ -606,10 +619,20 @@ func checkEverything(t *testing.T, m *manifest) {
 		}
 	}
 	gc := gw.Spec.Template.Spec.Containers[0]
-	for _, f := range []string{"tokens-file", "jwks-file", "jwt-issuer", "jwt-audience", "allowed-origins"} {
+	for _, f := range []string{"tokens-file", "jwks-file", "jwt-issuer", "jwt-audience", "public-url", "auth-policy", "allowed-origins"} {
 		if _, ok := flagValue(gc.Args, f); !ok {
 			t.Errorf("gateway without --%s", f)
 		}
+	}
+	policy := find[*corev1.ConfigMap](t, m, full+"-gateway-auth-policy").Data["policy.json"]
+	if policy != `{"principals":{"*":{"deny":["danger-*"]}},"required":["mcp"],"tools":{"deploy-*":["tools:deploy"]}}` {
+		t.Errorf("auth policy ConfigMap holds %s", policy)
+	}
+	if gw.Spec.Template.Annotations["mcpcancel.io/auth-policy-sha256"] == "" {
+		t.Errorf("gateway pods do not roll when the auth policy changes")
+	}
+	if !slices.ContainsFunc(gc.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == "/etc/ssl/corporate" }) {
+		t.Errorf("gateway.extraVolumeMounts not rendered: %+v", gc.VolumeMounts)
 	}
 	if v, _ := flagValue(mcpContainers(m, "coordinator")[0].Args, "audit-export"); v != "-" {
 		t.Errorf("--audit-export=%q", v)
@@ -684,17 +707,20 @@ func checkNetworkPolicies(t *testing.T, m *manifest) {
 	only("etcd", "client", "coordinator")
 }
 
-// checkNotes: NOTES.txt tells how to reach the gateway, and warns when
-// nobody is authenticated.
+// checkNotes: NOTES.txt tells how to reach the gateway, warns when nobody
+// is authenticated (and only then), and warns when the coordinators dial
+// the chart's default etcd address (and only then).
 func checkNotes(t *testing.T, m *manifest) {
 	t.Helper()
 	gw := mcpContainers(m, "gateway")[0]
-	_, tokens := flagValue(gw.Args, "tokens-file")
-	_, jwks := flagValue(gw.Args, "jwks-file")
 	ing := all[*networkingv1.Ingress](m)
 	var want string
 	if len(ing) > 0 {
-		want = "https://" + ing[0].Spec.Rules[0].Host + ing[0].Spec.Rules[0].HTTP.Paths[0].Path
+		scheme := "http://"
+		if len(ing[0].Spec.TLS) > 0 {
+			scheme = "https://"
+		}
+		want = scheme + ing[0].Spec.Rules[0].Host + ing[0].Spec.Rules[0].HTTP.Paths[0].Path
 	} else {
 		svc := find[*corev1.Service](t, m, full+"-gateway")
 		want = fmt.Sprintf("port-forward svc/%s 7800:%d", svc.Name, svc.Spec.Ports[0].Port)
@@ -702,9 +728,25 @@ func checkNotes(t *testing.T, m *manifest) {
 	if !strings.Contains(m.NOTES, want) {
 		t.Errorf("NOTES.txt does not say %q:\n%s", want, m.NOTES)
 	}
-	if warned := strings.Contains(m.NOTES, "no client authentication"); warned == (tokens || jwks) {
-		t.Errorf("NOTES.txt warns about authentication: %v, with tokens %v, JWT %v", warned, tokens, jwks)
+	authn := slices.ContainsFunc([]string{"tokens-file", "jwks-file", "jwt-issuer"}, func(f string) bool {
+		return hasSetting(gw, f)
+	})
+	if warned := strings.Contains(m.NOTES, "no client authentication"); warned == authn {
+		t.Errorf("NOTES.txt warns about authentication: %v, with authentication configured: %v (args %v)", warned, authn, gw.Args)
 	}
+	etcd, _ := flagValue(mcpContainers(m, "coordinator")[0].Args, "etcd")
+	if warned := strings.Contains(m.NOTES, "WARNING: etcd"); warned != (etcd == "http://etcd:2379") {
+		t.Errorf("NOTES.txt warns about the default etcd address: %v, with --etcd=%s:\n%s", warned, etcd, m.NOTES)
+	}
+}
+
+// hasSetting: c sets flag, by an argument or by its MCPCANCEL_ variable.
+func hasSetting(c corev1.Container, flag string) bool {
+	if _, ok := flagValue(c.Args, flag); ok {
+		return true
+	}
+	env := "MCPCANCEL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env })
 }
 
 // checkUpstreamConfig: the fleet's --upstream-config names a file in a

@@ -173,6 +173,8 @@ func newTyped(apiVersion, kind string) any {
 		return &corev1.Service{}
 	case "v1 ConfigMap":
 		return &corev1.ConfigMap{}
+	case "v1 Secret":
+		return &corev1.Secret{}
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}
 	case "autoscaling/v2 HorizontalPodAutoscaler":

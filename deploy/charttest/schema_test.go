@@ -31,6 +31,9 @@ func TestSchemaRejects(t *testing.T) {
 		{"bad duration", "coordinator:\n  retention: 1 day\n", "retention"},
 		{"port out of range", "gateway:\n  port: 70000\n", "port"},
 		{"extra arg not a flag", "gateway:\n  extraArgs: [debug]\n", "extraArgs"},
+		{"unknown auth policy key", "gateway:\n  auth:\n    policy: {scopes: [mcp]}\n", "scopes"},
+		{"public URL not a URL", "gateway:\n  auth:\n    publicURL: mcp.example.com\n", "publicURL"},
+		{"extra volume mount without a path", "gateway:\n  extraVolumeMounts: [{name: x}]\n", "mountPath"},
 	}
 	dir := t.TempDir()
 	for _, c := range cases {
@@ -68,6 +71,9 @@ func TestTemplateRejects(t *testing.T) {
 		{"cert-manager without an issuer", []string{"tls.enabled=true", "tls.certManager.enabled=true"}, "tls.certManager.issuerRef.name is required"},
 		{"fleet name used twice", []string{"workers[0].name=a", "workers[0].demo=true", "workers[1].name=a", "workers[1].demo=true"}, `fleet name "a" is used twice`},
 		{"etcd user without a password", []string{"etcd.auth.username=u"}, "etcd.auth.passwordSecret is required"},
+		{"JWKS without an issuer", []string{"gateway.auth.jwksSecret=jwks"}, "gateway.auth.jwksSecret needs gateway.auth.jwtIssuer"},
+		{"JWT issuer without an audience", []string{"gateway.auth.jwtIssuer=https://idp.example.com"}, "gateway.auth.jwtIssuer needs gateway.auth.publicURL"},
+		{"two auth policies", []string{"gateway.auth.policy.required[0]=mcp", "gateway.auth.policyConfigMap=p"}, "set one of gateway.auth.policy and gateway.auth.policyConfigMap"},
 		{"embedded etcd without a registry", []string{"etcd.embedded.enabled=true", "etcd.embedded.image.registry="}, "registry"},
 	}
 	for _, c := range cases {

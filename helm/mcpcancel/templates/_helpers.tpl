@@ -155,3 +155,57 @@ affinity:
     fieldRef:
       fieldPath: status.podIP
 {{- end -}}
+
+{{/* Whether the gateway is given flag (e.g. "jwt-issuer") through extraArgs or its MCPCANCEL_ variable in env: "true" or "". */}}
+{{- define "mcpcancel.gatewayExtraSets" -}}
+{{- $flag := .flag -}}
+{{- $env := printf "MCPCANCEL_%s" (.flag | upper | replace "-" "_") -}}
+{{- range .ctx.Values.gateway.extraArgs -}}
+{{- if or (eq . (printf "--%s" $flag)) (hasPrefix (printf "--%s=" $flag) .) }}true{{ end -}}
+{{- end -}}
+{{- range .ctx.Values.gateway.env -}}
+{{- if eq .name $env }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the gateway authenticates clients, by values or by flags of its own: "true" or "". */}}
+{{- define "mcpcancel.gatewayAuthn" -}}
+{{- $a := .Values.gateway.auth -}}
+{{- if or $a.tokensSecret $a.jwksSecret $a.jwtIssuer -}}
+true
+{{- else -}}
+{{- range list "tokens-file" "jwks-file" "jwt-issuer" -}}
+{{- if include "mcpcancel.gatewayExtraSets" (dict "ctx" $ "flag" .) }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the gateways' shared state key (key state-key). */}}
+{{- define "mcpcancel.stateKeySecret" -}}
+{{- default (printf "%s-gateway-state-key" (include "mcpcancel.fullname" .)) .Values.gateway.stateKey.existingSecret -}}
+{{- end -}}
+
+{{/* The ConfigMap holding the gateways' authorization policy (key policy.json), or "". */}}
+{{- define "mcpcancel.authPolicyConfigMap" -}}
+{{- $a := .Values.gateway.auth -}}
+{{- if and $a.policy $a.policyConfigMap -}}
+{{- fail "set one of gateway.auth.policy and gateway.auth.policyConfigMap, not both" -}}
+{{- else if $a.policy -}}
+{{- printf "%s-gateway-auth-policy" (include "mcpcancel.fullname" .) -}}
+{{- else -}}
+{{- $a.policyConfigMap -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Refuse gateway auth values the gateway would refuse at start. */}}
+{{- define "mcpcancel.checkGatewayAuth" -}}
+{{- $a := .Values.gateway.auth -}}
+{{- $issuer := or $a.jwtIssuer (include "mcpcancel.gatewayExtraSets" (dict "ctx" . "flag" "jwt-issuer")) -}}
+{{- if and $a.jwksSecret (not $issuer) -}}
+{{- fail "gateway.auth.jwksSecret needs gateway.auth.jwtIssuer (the issuer whose keys it holds)" -}}
+{{- end -}}
+{{- $aud := or $a.jwtAudience $a.publicURL (include "mcpcancel.gatewayExtraSets" (dict "ctx" . "flag" "jwt-audience")) (include "mcpcancel.gatewayExtraSets" (dict "ctx" . "flag" "public-url")) -}}
+{{- if and $a.jwtIssuer (not $aud) -}}
+{{- fail "gateway.auth.jwtIssuer needs gateway.auth.publicURL (the MCP URL clients use, the tokens' audience) or gateway.auth.jwtAudience" -}}
+{{- end -}}
+{{- end -}}
