@@ -65,8 +65,8 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, modern: s.isModern(),
 		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token,
 		span: requestSpan(ctx)}
-	c.toward.caps = s.capabilitiesFor(m.Params)
-	if e := c.openRound(m.Params, p); e != nil {
+	c.toward.caps = s.capabilitiesFor(params)
+	if e := c.openRound(params, p); e != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 		return
 	}

@@ -48,6 +48,21 @@ func BenchmarkStdioCall(b *testing.B) {
 		}
 		cpu.report(b)
 	})
+	// A 2026-07-28 call carries its version and client capabilities in
+	// every request's _meta: the path that reads its params most.
+	call2026 := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a short line of text to echo back"},"_meta":{"progressToken":%d,` +
+		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{},"elicitation":{"form":{}}}}}}`
+	b.Run("seq2026", func(b *testing.B) {
+		c := openBenchConnAs(b, g, false)
+		b.ReportAllocs()
+		cpu := startCPU(b)
+		i := 0
+		for b.Loop() {
+			i++
+			c.roundTrip(b, fmt.Sprintf(call2026, i, i))
+		}
+		cpu.report(b)
+	})
 	b.Run("par16", func(b *testing.B) {
 		conns := make([]*benchConn, 16)
 		for i := range conns {
@@ -98,7 +113,11 @@ type benchConn struct {
 	out *bufio.Reader
 }
 
-func openBenchConn(b *testing.B, g *gateway.Gateway) *benchConn {
+func openBenchConn(b *testing.B, g *gateway.Gateway) *benchConn { return openBenchConnAs(b, g, true) }
+
+// openBenchConnAs opens a stdio connection, initialized (2025) or not
+// (2026-07-28).
+func openBenchConnAs(b *testing.B, g *gateway.Gateway, initialize bool) *benchConn {
 	b.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -114,6 +133,9 @@ func openBenchConn(b *testing.B, g *gateway.Gateway) *benchConn {
 		<-served
 	})
 	c := &benchConn{in: inW, out: bufio.NewReaderSize(outR, 64<<10)}
+	if !initialize {
+		return c // 2026-07-28: no initialize; every request says its version
+	}
 	c.roundTrip(b, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
 	if _, err := io.WriteString(c.in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
 		b.Fatal(err)

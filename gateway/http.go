@@ -108,6 +108,7 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal s
 		writeErrorResponse(w, http.StatusBadRequest, derr.ID, derr.HasID, derr.Error)
 		return
 	}
+	parse(m) // once, for every layer below
 	if v := r.Header.Get(hdrVersion); v != "" && !slices.Contains(SupportedVersions, v) {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, m.Kind == jsonrpc.KindRequest, unsupportedVersion(v))
 		return
@@ -138,19 +139,7 @@ func isModern(r *http.Request, m *jsonrpc.Message) bool {
 	if r.Header.Get(hdrVersion) == Version20260728 {
 		return true
 	}
-	return metaProtocolVersion(m.Params) == Version20260728
-}
-
-func metaProtocolVersion(params json.RawMessage) string {
-	var p struct {
-		Meta map[string]json.RawMessage `json:"_meta"`
-	}
-	if json.Unmarshal(params, &p) != nil {
-		return ""
-	}
-	var v string
-	json.Unmarshal(p.Meta[metaVersion], &v)
-	return v
+	return paramsOf(m).version() == Version20260728
 }
 
 // postLegacy serves a 2025-era POST.

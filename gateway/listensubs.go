@@ -112,7 +112,7 @@ func (s *session) internalCall(ctx context.Context, method, uri string) *jsonrpc
 		Method: method, Params: rawJSON(map[string]any{"uri": uri}),
 	}
 	out := &jsonSink{}
-	s.handleCall(ctx, m, decodeParams(m.Params), out)
+	s.handleCall(ctx, m, paramsOf(m), out)
 	out.mu.Lock()
 	msg := out.msg
 	out.mu.Unlock()

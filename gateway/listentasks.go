@@ -23,7 +23,7 @@ import (
 
 // listenTasksAllowed refuses a listen that names tasks without declaring
 // the tasks extension.
-func listenTasksAllowed(lr *listenRequest, params json.RawMessage) *jsonrpc.Error {
+func listenTasksAllowed(lr *listenRequest, params *inParams) *jsonrpc.Error {
 	if len(lr.tasks) == 0 || modernOptedIn(params) {
 		return nil
 	}

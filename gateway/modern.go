@@ -46,20 +46,14 @@ type envelope struct {
 	logLevel string
 }
 
-func parseEnvelope(params json.RawMessage) envelope {
-	var p struct {
-		Meta map[string]json.RawMessage `json:"_meta"`
-	}
+func envelopeOf(p *inParams) envelope {
 	var e envelope
-	if json.Unmarshal(params, &p) != nil || p.Meta == nil {
+	if p.Meta == nil {
 		return e
 	}
 	e.hasMeta = true
-	json.Unmarshal(p.Meta[metaVersion], &e.version)
-	json.Unmarshal(p.Meta["io.modelcontextprotocol/logLevel"], &e.logLevel)
-	if raw, ok := p.Meta[metaClientCaps]; ok && json.Unmarshal(raw, &e.caps) == nil && e.caps != nil {
-		e.hasCaps = true
-	}
+	e.version, e.logLevel = p.version(), p.Meta.LogLevel
+	e.caps, e.hasCaps = p.caps, p.caps != nil
 	return e
 }
 
@@ -83,7 +77,8 @@ func (e envelope) check() *jsonrpc.Error {
 // handled. It returns the error to answer and the HTTP status to answer
 // it with, or nil.
 func (s *session) precheck(ctx context.Context, m *jsonrpc.Message) (*jsonrpc.Error, int) {
-	env := parseEnvelope(m.Params)
+	params := paramsOf(m)
+	env := envelopeOf(params)
 	if e := env.check(); e != nil {
 		return e, http.StatusBadRequest
 	}
@@ -91,7 +86,7 @@ func (s *session) precheck(ctx context.Context, m *jsonrpc.Message) (*jsonrpc.Er
 		return jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s was removed in %s", m.Method, Version20260728), http.StatusNotFound
 	}
 	if m.Method == "tools/call" {
-		if e := s.missingCapabilities(ctx, m.Params, env.caps); e != nil {
+		if e := s.missingCapabilities(ctx, params.Name, env.caps); e != nil {
 			return e, http.StatusBadRequest
 		}
 	}
@@ -100,14 +95,8 @@ func (s *session) precheck(ctx context.Context, m *jsonrpc.Message) (*jsonrpc.Er
 
 // missingCapabilities answers a call of a tool that needs client
 // capabilities the request did not declare.
-func (s *session) missingCapabilities(ctx context.Context, params json.RawMessage, declared map[string]json.RawMessage) *jsonrpc.Error {
-	var p struct {
-		Name string `json:"name"`
-	}
-	if json.Unmarshal(params, &p) != nil {
-		return nil // handleCall answers malformed params
-	}
-	t := s.g.knownTool(ctx, p.Name)
+func (s *session) missingCapabilities(ctx context.Context, tool string, declared map[string]json.RawMessage) *jsonrpc.Error {
+	t := s.g.knownTool(ctx, tool)
 	if t == nil {
 		return nil
 	}
@@ -128,7 +117,7 @@ func (s *session) missingCapabilities(ctx context.Context, params json.RawMessag
 	data, _ := json.Marshal(map[string]any{"requiredCapabilities": missing})
 	return &jsonrpc.Error{
 		Code:    codeMissingCapability,
-		Message: "Missing required client capability: tool " + p.Name + " needs " + strings.Join(names, ", "),
+		Message: "Missing required client capability: tool " + tool + " needs " + strings.Join(names, ", "),
 		Data:    data,
 	}
 }
@@ -278,7 +267,7 @@ func (h *httpTransport) listen(w http.ResponseWriter, r *http.Request, s *sessio
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params: %v", err))
 		return
 	}
-	if e := listenTasksAllowed(lr, m.Params); e != nil {
+	if e := listenTasksAllowed(lr, paramsOf(m)); e != nil {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, true, e)
 		return
 	}

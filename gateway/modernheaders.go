@@ -21,7 +21,7 @@ func (g *Gateway) checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Err
 	if v == "" {
 		return mismatch("%s header is required", hdrVersion)
 	}
-	if mv := metaProtocolVersion(m.Params); mv != "" && mv != v {
+	if mv := paramsOf(m).version(); mv != "" && mv != v {
 		return mismatch("%s header %q does not match _meta %q", hdrVersion, v, mv)
 	}
 	switch hm := r.Header.Values(hdrMethod); {
@@ -34,7 +34,7 @@ func (g *Gateway) checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Err
 		return e
 	}
 	if m.Method == "tools/call" {
-		return g.checkParamHeaders(r, m.Params)
+		return g.checkParamHeaders(r, paramsOf(m))
 	}
 	return nil
 }
@@ -119,14 +119,7 @@ func headerParams(schema json.RawMessage, path []string, out []headerParam) []he
 
 // checkParamHeaders checks the Mcp-Param-* headers of a tools/call
 // against its arguments, as the called tool's schema asks.
-func (g *Gateway) checkParamHeaders(r *http.Request, params json.RawMessage) *jsonrpc.Error {
-	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if json.Unmarshal(params, &p) != nil {
-		return nil
-	}
+func (g *Gateway) checkParamHeaders(r *http.Request, p *inParams) *jsonrpc.Error {
 	t := g.knownTool(r.Context(), p.Name)
 	if t == nil {
 		return nil

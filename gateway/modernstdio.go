@@ -126,7 +126,7 @@ func (s *session) listenStdio(m *jsonrpc.Message, reply sink) {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid subscriptions/listen params: %v", err)))
 		return
 	}
-	if e := listenTasksAllowed(lr, m.Params); e != nil {
+	if e := listenTasksAllowed(lr, paramsOf(m)); e != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 		return
 	}

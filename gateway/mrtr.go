@@ -72,7 +72,7 @@ type mrtrParams struct {
 
 // openRound reads a 2026-07-28 call's inputResponses and requestState
 // into the answers its handler gets.
-func (c *call) openRound(params json.RawMessage, p *routed) *jsonrpc.Error {
+func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
 	if !c.modern {
 		return nil // 2025 clients answer requests; nothing answers for them
 	}
@@ -81,8 +81,10 @@ func (c *call) openRound(params json.RawMessage, p *routed) *jsonrpc.Error {
 		// A retry's own fields are not part of the request it repeats.
 		c.toward.args = withoutRound(p.params)
 	}
-	var m mrtrParams
-	json.Unmarshal(params, &m)
+	m := mrtrParams{InputResponses: params.InputResponses}
+	if len(params.RequestState) > 0 {
+		json.Unmarshal(params.RequestState, &m.RequestState)
+	}
 	answers := map[string]json.RawMessage{}
 	if m.RequestState != nil {
 		prior, err := c.s.g.openState(*m.RequestState, c.s.principal, c.toward.tool, c.toward.args)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -182,11 +181,7 @@ func (h *httpTransport) admit(w http.ResponseWriter, r *http.Request, m *jsonrpc
 // target is the tool a tools/call names, or the URI a resources/read
 // (or subscribe) names.
 func target(m *jsonrpc.Message) (tool, resource string) {
-	var p struct {
-		Name string `json:"name"`
-		URI  string `json:"uri"`
-	}
-	json.Unmarshal(m.Params, &p)
+	p := paramsOf(m)
 	switch m.Method {
 	case "tools/call":
 		return p.Name, ""

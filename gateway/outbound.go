@@ -106,14 +106,12 @@ func parseOutboundID(id jsonrpc.ID) (callID string, seq int64, ok bool) {
 
 // capabilitiesFor returns the capabilities the client declared for a
 // request: in initialize (2025), or in the request's own _meta (2026).
-func (s *session) capabilitiesFor(params json.RawMessage) json.RawMessage {
+func (s *session) capabilitiesFor(params *inParams) json.RawMessage {
 	if s.isModern() {
-		env := parseEnvelope(params)
-		if !env.hasCaps {
+		if !envelopeOf(params).hasCaps {
 			return nil
 		}
-		b, _ := json.Marshal(env.caps)
-		return b
+		return params.Meta.ClientCaps
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

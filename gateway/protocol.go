@@ -31,7 +31,7 @@ var notifyToolsChanged = jsonrpc.Notification("notifications/tools/list_changed"
 func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply sink) {
 	ctx, reply, end := s.observe(ctx, m, reply) // span and duration: trace.go
 	defer end()
-	params := decodeParams(m.Params) // once: the version here, a routed call's target in handleCall
+	params := paramsOf(m)
 	if m.Method == "server/discover" || params.version() == Version20260728 {
 		s.mu.Lock()
 		s.modern = true // this client speaks 2026-07-28

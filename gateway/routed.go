@@ -53,8 +53,14 @@ type inParams struct {
 		URI  string `json:"uri"`
 	} `json:"ref"`
 	Meta *inMeta `json:"_meta"`
+	// Kept raw, so that a malformed one fails only the layer that reads
+	// it: a 2025 task augmentation, a 2026-07-28 retry's answers and state.
+	Task           json.RawMessage `json:"task"`
+	InputResponses json.RawMessage `json:"inputResponses"`
+	RequestState   json.RawMessage `json:"requestState"`
 
-	err error
+	err  error
+	caps map[string]json.RawMessage // _meta's client capabilities, if an object
 }
 
 // inMeta is the part of a request's _meta the gateway reads.
@@ -62,6 +68,37 @@ type inMeta struct {
 	ProgressToken json.RawMessage `json:"progressToken"`
 	LogLevel      string          `json:"io.modelcontextprotocol/logLevel"`
 	Version       json.RawMessage `json:"io.modelcontextprotocol/protocolVersion"`
+	ClientCaps    json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+	Traceparent   json.RawMessage `json:"traceparent"`
+	Tracestate    json.RawMessage `json:"tracestate"`
+	Baggage       json.RawMessage `json:"baggage"`
+}
+
+// paramsOf is m's params as the gateway reads them: the decoding the
+// transport kept on the message when it received it (parse), or, for a
+// message that did not come through one, a fresh one.
+func paramsOf(m *jsonrpc.Message) *inParams {
+	if p, ok := m.Parsed.(*inParams); ok {
+		return p
+	}
+	return decodeParams(m.Params)
+}
+
+// parse decodes a request's params once, where it enters the gateway,
+// and keeps the result on it for every layer below (paramsOf).
+func parse(m *jsonrpc.Message) {
+	if m.Kind == jsonrpc.KindRequest && m.Parsed == nil {
+		m.Parsed = decodeParams(m.Params)
+	}
+}
+
+// metaString is a _meta value that is a string, or "".
+func metaString(raw json.RawMessage) string {
+	var v string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	return v
 }
 
 // decodeParams decodes a request's params once. Params that are absent,
@@ -69,18 +106,19 @@ type inMeta struct {
 func decodeParams(raw json.RawMessage) *inParams {
 	p := &inParams{}
 	p.err = json.Unmarshal(raw, p)
+	if p.Meta != nil && len(p.Meta.ClientCaps) > 0 {
+		json.Unmarshal(p.Meta.ClientCaps, &p.caps) // nil unless an object
+	}
 	return p
 }
 
 // version is the protocol version the request's _meta names, if it is a
-// string; otherwise empty, as metaProtocolVersion reads it.
+// string; otherwise empty.
 func (p *inParams) version() string {
-	if p.Meta == nil || len(p.Meta.Version) == 0 || p.Meta.Version[0] != '"' {
+	if p.Meta == nil {
 		return ""
 	}
-	var v string
-	json.Unmarshal(p.Meta.Version, &v)
-	return v
+	return metaString(p.Meta.Version)
 }
 
 // parseRouted reads a routed request's target from its params, decoded

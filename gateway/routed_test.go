@@ -36,14 +36,47 @@ func TestDecodeParamsOnce(t *testing.T) {
 				raw = nil
 			}
 			p := decodeParams(raw)
-			if got, want := p.version(), metaProtocolVersion(raw); got != want || got != tc.version {
-				t.Errorf("version %q, metaProtocolVersion %q, want %q", got, want, tc.version)
+			if got, want := p.version(), metaOnlyVersion(raw); got != want || got != tc.version {
+				t.Errorf("version %q, with only _meta decoded %q, want %q", got, want, tc.version)
 			}
 			m := &jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.Int(1), Method: "tools/call", Params: raw}
 			if _, e := parseRouted(m, p); (e != nil) != tc.bad {
 				t.Errorf("parseRouted error %v, want error %v", e, tc.bad)
 			}
 		})
+	}
+}
+
+// metaOnlyVersion reads a request's version with nothing but _meta
+// decoded: the reading the one decoding of its params must agree with.
+func metaOnlyVersion(params json.RawMessage) string {
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return ""
+	}
+	var v string
+	json.Unmarshal(p.Meta[metaVersion], &v)
+	return v
+}
+
+// A request's params are decoded where it enters the gateway, once:
+// every layer reads that one decoding, and a message that did not come
+// through a transport is decoded when read.
+func TestParamsDecodedOnce(t *testing.T) {
+	m, derr := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","task":{"ttl":5},"_meta":{"io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"traceparent":"00-x"}}}`))
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	parse(m)
+	p := paramsOf(m)
+	if p != paramsOf(m) || p.Name != "echo" || string(p.Task) != `{"ttl":5}` || !envelopeOf(p).hasCaps || metaString(p.Meta.Traceparent) != "00-x" {
+		t.Fatalf("paramsOf = %+v (meta %+v), want the one decoding with name, task, caps and trace", p, p.Meta)
+	}
+	n := &jsonrpc.Message{Kind: jsonrpc.KindRequest, Method: "tools/call", Params: json.RawMessage(`{"name":"echo"}`)}
+	if q := paramsOf(n); q.Name != "echo" || n.Parsed != nil {
+		t.Fatalf("paramsOf of a message no transport parsed = %+v, kept %v", q, n.Parsed)
 	}
 }
 

@@ -109,6 +109,7 @@ func (g *Gateway) serveLine(ctx context.Context, s *session, out sink, line []by
 		out.send(jsonrpc.ErrorResponse(derr.ID, derr.HasID, derr.Error))
 		return
 	}
+	parse(m) // once, for every layer below
 	switch {
 	case m.Kind == jsonrpc.KindRequest && !ordersSession(m.Method):
 		// No request waits for another: a long poll (tasks/result) must not

@@ -77,11 +77,11 @@ func (g *Gateway) taskSupport(ctx context.Context, name string) (support string,
 
 // modernOptedIn says whether a 2026-07-28 request declares the tasks
 // extension in its client capabilities.
-func modernOptedIn(params json.RawMessage) bool {
+func modernOptedIn(params *inParams) bool {
 	var caps struct {
 		Extensions map[string]json.RawMessage `json:"extensions"`
 	}
-	raw, ok := parseEnvelope(params).caps["extensions"]
+	raw, ok := envelopeOf(params).caps["extensions"]
 	if !ok || json.Unmarshal([]byte(`{"extensions":`+string(raw)+`}`), &caps) != nil {
 		return false
 	}
@@ -97,11 +97,13 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 		return false // an unknown tool: the call answers it
 	}
 	var tr taskRequest
-	json.Unmarshal(m.Params, &tr)
+	if raw := paramsOf(m).Task; len(raw) > 0 {
+		json.Unmarshal(raw, &tr.Task)
+	}
 	var asTask bool
 	if s.isModern() {
 		// The server decides; the client's legacy task hint is ignored.
-		asTask = support != taskForbidden && modernOptedIn(m.Params)
+		asTask = support != taskForbidden && modernOptedIn(paramsOf(m))
 		if support == taskRequired && !asTask {
 			data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, &jsonrpc.Error{
@@ -151,7 +153,7 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed,
 	// that dies after answering leaves a task that runs, not one nobody
 	// started. A worker that does not answer in time leaves the answer
 	// to go out anyway; the task is then its worker's or the janitor's.
-	admitted := s.startTaskRun(p, created, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(m.Params)})
+	admitted := s.startTaskRun(p, created, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(paramsOf(m))})
 	select {
 	case <-admitted:
 	case <-time.After(cancelTimeout): // a bound, not a wait for anything
@@ -194,7 +196,7 @@ type taskRun struct {
 // taskCapabilities are the client capabilities a 2026-07-28 task may ask
 // its client by: none for a 2025-11-25 task, whose client would be asked
 // on tasks/result, which relays no requests.
-func (s *session) taskCapabilities(params json.RawMessage) json.RawMessage {
+func (s *session) taskCapabilities(params *inParams) json.RawMessage {
 	if !s.isModern() {
 		return nil
 	}

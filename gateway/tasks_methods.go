@@ -58,7 +58,7 @@ func (s *session) modernTaskMethod(ctx context.Context, m *jsonrpc.Message, p ta
 	case "tasks/result", "tasks/list":
 		return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s is not part of the %s extension", m.Method, extTasks)
 	}
-	if !modernOptedIn(m.Params) {
+	if !modernOptedIn(paramsOf(m)) {
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
 		return nil, &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability: " + m.Method + " needs the " + extTasks + " extension", Data: data}
 	}

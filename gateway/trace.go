@@ -83,25 +83,15 @@ func (s *session) observe(ctx context.Context, m *jsonrpc.Message, reply sink) (
 	return context.WithValue(ctx, observedKey{}, o), o, o.end
 }
 
-// requestParams are the params a span needs.
-type requestParams struct {
-	Name string `json:"name"`
-	URI  string `json:"uri"`
-	Meta struct {
-		Traceparent string `json:"traceparent"`
-		Tracestate  string `json:"tracestate"`
-		Baggage     string `json:"baggage"`
-	} `json:"_meta"`
-}
-
 // startSpan starts m's server span, named "{mcp.method.name} {target}".
 func (s *session) startSpan(ctx context.Context, m *jsonrpc.Message, o *observed) context.Context {
-	var p requestParams
-	json.Unmarshal(m.Params, &p) // a span for a request whose params are bad, too
+	p := paramsOf(m) // a span for a request whose params are bad, too
 	carrier := propagation.MapCarrier{}
-	for k, v := range map[string]string{"traceparent": p.Meta.Traceparent, "tracestate": p.Meta.Tracestate, "baggage": p.Meta.Baggage} {
-		if v != "" {
-			carrier[k] = v
+	if meta := p.Meta; meta != nil {
+		for k, raw := range map[string]json.RawMessage{"traceparent": meta.Traceparent, "tracestate": meta.Tracestate, "baggage": meta.Baggage} {
+			if v := metaString(raw); v != "" {
+				carrier[k] = v
+			}
 		}
 	}
 	// The client's _meta parents the span; without it the span is a root
@@ -135,7 +125,7 @@ func (s *session) spanAttributes(m *jsonrpc.Message) []attribute.KeyValue {
 	v := s.version
 	s.mu.Unlock()
 	if v == "" {
-		v = metaProtocolVersion(m.Params)
+		v = paramsOf(m).version()
 	}
 	if v != "" {
 		attrs = append(attrs, attribute.String(attrVersion, v))

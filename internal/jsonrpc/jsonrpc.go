@@ -139,6 +139,9 @@ type Message struct {
 	Params json.RawMessage // requests and notifications; nil if absent
 	Result json.RawMessage // responses
 	Error  *Error          // error responses
+	// Parsed is what the receiver decoded of Params, set once where the
+	// message enters it, so that no layer below decodes them again.
+	Parsed any
 }
 
 type wire struct {
