@@ -38,6 +38,8 @@ func (r *recSink) send(msg []byte) bool {
 
 func (r *recSink) sendLatest(_ string, msg []byte) bool { return r.send(msg) }
 
+func (r *recSink) streams() bool { return true }
+
 func (r *recSink) flush() {}
 
 func (r *recSink) snapshot() []sent {

@@ -214,4 +214,6 @@ func (f *listenFilter) send(msg []byte) bool {
 
 func (f *listenFilter) sendLatest(key string, msg []byte) bool { return f.out.sendLatest(key, msg) }
 
+func (f *listenFilter) streams() bool { return true }
+
 func (f *listenFilter) flush() { f.out.flush() }

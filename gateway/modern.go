@@ -182,6 +182,8 @@ func (l *listenSink) sendLatest(key string, msg []byte) bool {
 	return l.out.sendLatest(key, tagSubscription(msg, l.id))
 }
 
+func (l *listenSink) streams() bool { return true }
+
 // tagSubscription returns a copy of a notification with
 // params._meta[subscriptionId] set; other messages pass unchanged.
 func tagSubscription(msg []byte, id json.RawMessage) []byte {

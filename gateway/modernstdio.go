@@ -70,6 +70,8 @@ func (f *listenFanout) send(msg []byte) bool {
 
 func (f *listenFanout) sendLatest(key string, msg []byte) bool { return f.base.sendLatest(key, msg) }
 
+func (f *listenFanout) streams() bool { return true }
+
 func (f *listenFanout) flush() { f.base.flush() }
 
 // listenSinkOf is where one listen's own notifications (its tasks') go:
@@ -89,6 +91,8 @@ func (o *stdioListenSink) send(msg []byte) bool {
 }
 
 func (o *stdioListenSink) sendLatest(string, []byte) bool { return false }
+
+func (o *stdioListenSink) streams() bool { return true }
 
 func (o *stdioListenSink) flush() { o.f.base.flush() }
 

@@ -132,7 +132,7 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 		c.refuse(wc, callID, seq, jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}
-	if _, ok := c.reply.(*jsonSink); ok {
+	if !c.reply.streams() {
 		c.refuse(wc, callID, seq, jsonrpc.CodeInternalError, "the client cannot hear requests: it asked for a JSON response, not a stream")
 		return
 	}

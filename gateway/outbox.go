@@ -106,6 +106,9 @@ func (o *outbox) sendLatest(key string, msg []byte) bool {
 	return true
 }
 
+// streams says yes: an outbox is a stream (stdout, an SSE response).
+func (o *outbox) streams() bool { return true }
+
 func (o *outbox) poke() {
 	select {
 	case o.wake <- struct{}{}:

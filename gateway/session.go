@@ -22,6 +22,10 @@ type sink interface {
 	sendLatest(key string, msg []byte) bool
 	// flush returns once what was queued is written, or cannot be.
 	flush()
+	// streams says whether messages besides the one response reach the
+	// client (a stream), so a request toward it can be asked there; a
+	// JSON response carries the response alone.
+	streams() bool
 }
 
 // session is one scope: a stdio connection, a 2025 HTTP session, or a

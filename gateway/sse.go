@@ -62,6 +62,9 @@ func (j *jsonSink) send(msg []byte) bool {
 
 func (j *jsonSink) sendLatest(string, []byte) bool { return false }
 
+// streams says no: a JSON response carries the response alone.
+func (j *jsonSink) streams() bool { return false }
+
 // flush does nothing: the handler writes the response once the request
 // returns.
 func (j *jsonSink) flush() {}

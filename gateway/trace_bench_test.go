@@ -15,6 +15,7 @@ type discard struct{}
 
 func (discard) send([]byte) bool               { return true }
 func (discard) sendLatest(string, []byte) bool { return true }
+func (discard) streams() bool                  { return true }
 func (discard) flush()                         {}
 
 // observeOnce is what observing one answered tools/call costs the gateway.
