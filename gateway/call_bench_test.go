@@ -37,32 +37,12 @@ func BenchmarkStdioCall(b *testing.B) {
 	testcluster.StartWorker(b, worker.Options{Coordinator: coord.Addr, Name: "bench"}, demo.Register)
 	g, _ := testcluster.StartGateway(b, coord.Conn(b), gateway.Options{})
 	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a short line of text to echo back"},"_meta":{"progressToken":%d}}}`
-	b.Run("seq", func(b *testing.B) {
-		c := openBenchConn(b, g)
-		b.ReportAllocs()
-		cpu := startCPU(b)
-		i := 0
-		for b.Loop() {
-			i++
-			c.roundTrip(b, fmt.Sprintf(call, i, i))
-		}
-		cpu.report(b)
-	})
+	b.Run("seq", func(b *testing.B) { benchSeq(b, openBenchConn(b, g), call) })
 	// A 2026-07-28 call carries its version and client capabilities in
 	// every request's _meta: the path that reads its params most.
 	call2026 := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a short line of text to echo back"},"_meta":{"progressToken":%d,` +
 		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{},"elicitation":{"form":{}}}}}}`
-	b.Run("seq2026", func(b *testing.B) {
-		c := openBenchConnAs(b, g, false)
-		b.ReportAllocs()
-		cpu := startCPU(b)
-		i := 0
-		for b.Loop() {
-			i++
-			c.roundTrip(b, fmt.Sprintf(call2026, i, i))
-		}
-		cpu.report(b)
-	})
+	b.Run("seq2026", func(b *testing.B) { benchSeq(b, openBenchConnAs(b, g, false), call2026) })
 	b.Run("par16", func(b *testing.B) {
 		conns := make([]*benchConn, 16)
 		for i := range conns {
@@ -82,6 +62,19 @@ func BenchmarkStdioCall(b *testing.B) {
 		})
 		cpu.report(b)
 	})
+}
+
+// benchSeq makes calls one at a time on c, each call formatted from
+// format with its id and progress token.
+func benchSeq(b *testing.B, c *benchConn, format string) {
+	b.ReportAllocs()
+	cpu := startCPU(b)
+	i := 0
+	for b.Loop() {
+		i++
+		c.roundTrip(b, fmt.Sprintf(format, i, i))
+	}
+	cpu.report(b)
 }
 
 // cpuMark is the process's CPU time when a benchmark's loop started.
