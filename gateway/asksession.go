@@ -25,7 +25,7 @@ import (
 // capability. It never waits on the network: the request is queued on
 // the notification sink, and a refusal travels on its own goroutine.
 func (s *session) askSession(method, id string, params json.RawMessage) {
-	if s.isModern() {
+	if s.speaks2026() {
 		return // a 2026-07-28 client has no session to ask
 	}
 	s.mu.Lock()

@@ -89,12 +89,12 @@ func TestCannotCancelAnotherClientsCall(t *testing.T) {
 
 	// 2026-07-28: each request is its own scope, so two clients' id 1
 	// run side by side and each completes.
-	modern := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	rev2026 := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 	var wg sync.WaitGroup
 	bodies := make([]string, 2)
 	for i, token := range []string{"tok-a", "tok-b"} {
 		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(fmt.Sprintf(modern, token)))
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(fmt.Sprintf(rev2026, token)))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			req.Header.Set("Authorization", "Bearer "+token)

@@ -32,7 +32,7 @@ type call struct {
 	target   string // what it names: a tool, resource URI, prompt, completion reference
 	reply    sink
 	token    json.RawMessage // the client's progress token, if any
-	modern   bool            // 2026-07-28: results say resultType
+	rev2026  bool            // 2026-07-28: results say resultType
 	logLevel string          // 2026-07-28: the request's own log level; none means no logs
 	scopes   []string        // the scopes the caller's token granted, for the handler
 	span     trace.Span      // the request's span, nil when not traced (trace.go)
@@ -62,7 +62,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 	if p.method == "tools/call" && s.maybeTask(ctx, m, p, reply) {
 		return // a task: answered with CreateTaskResult, or refused (tasks.go)
 	}
-	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, modern: s.isModern(),
+	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, rev2026: s.speaks2026(),
 		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token,
 		span: requestSpan(ctx)}
 	c.toward.caps = s.capabilitiesFor(params)
@@ -199,7 +199,7 @@ func (c *call) beginFailed(err error, p *routed, beginID string) {
 	c.setOutcome(outcomeRejected)
 	switch client.Kind(err) {
 	case client.ErrUnknownTool:
-		c.respond(jsonrpc.ErrorResponse(c.id, true, p.unknown(c.modern)))
+		c.respond(jsonrpc.ErrorResponse(c.id, true, p.unknown(c.rev2026)))
 	case client.ErrSessionClosed:
 		c.respond(jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "the session was closed; initialize a new one")))
 	case client.ErrDuplicate:

@@ -207,7 +207,7 @@ func TestHalfDeadCoordinatorLinkBeforeTools(t *testing.T) {
 		p.SilenceFor(faultproxy.SilentReplies, 1) // the gateway's first connection
 	})
 	lost := time.Now()
-	status, msgs := post26(t, st.url, request(1, "tools/list", map[string]any{"_meta": envelope(map[string]any{})}), modernHeaders("tools/list", ""))
+	status, msgs := post26(t, st.url, request(1, "tools/list", map[string]any{"_meta": envelope(map[string]any{})}), headers2026("tools/list", ""))
 	took := time.Since(lost)
 	t.Logf("tools/list answered %v after the gateway started into the fault", took.Round(time.Millisecond))
 	if status != 200 || len(msgs) != 1 || !strings.Contains(string(msgs[0].Result), `"echo"`) {

@@ -116,11 +116,11 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal s
 	if !h.admit(w, r, m, principal) {
 		return
 	}
-	if isModern(r, m) {
-		h.postModern(w, r, m, principal)
+	if speaks2026(r, m) {
+		h.post2026(w, r, m, principal)
 		return
 	}
-	h.postLegacy(w, r, m, principal)
+	h.post2025(w, r, m, principal)
 }
 
 func unsupportedVersion(v string) *jsonrpc.Error {
@@ -134,16 +134,16 @@ func writeErrorResponse(w http.ResponseWriter, code int, id jsonrpc.ID, hasID bo
 	w.Write(jsonrpc.ErrorResponse(id, hasID, e))
 }
 
-// isModern says whether a POST speaks 2026-07-28.
-func isModern(r *http.Request, m *jsonrpc.Message) bool {
+// speaks2026 says whether a POST speaks 2026-07-28.
+func speaks2026(r *http.Request, m *jsonrpc.Message) bool {
 	if r.Header.Get(hdrVersion) == Version20260728 {
 		return true
 	}
 	return paramsOf(m).version() == Version20260728
 }
 
-// postLegacy serves a 2025-era POST.
-func (h *httpTransport) postLegacy(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
+// post2025 serves a 2025-era POST.
+func (h *httpTransport) post2025(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
 	if m.Kind == jsonrpc.KindRequest && m.Method == "initialize" {
 		h.initialize(w, r, m, principal)
 		return

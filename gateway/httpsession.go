@@ -14,7 +14,7 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 	id := randid.New(24)
 	s := newSession(h.g, client.SessionScope+id, principal)
 	_, err := h.g.coord.OpenSession(r.Context(), &pb.OpenSessionRequest{Session: &pb.Session{
-		SessionId: id, Principal: principal, ProtocolVersion: latestLegacy, Gateway: h.g.opts.Name,
+		SessionId: id, Principal: principal, ProtocolVersion: latest2025, Gateway: h.g.opts.Name,
 		ClientCapabilitiesJson: initializeCapabilities(m.Params),
 	}})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // upstream server is then subscribed. When the listen ends both are
 // undone. On HTTP a listen is a scope of its own (stream:…); on stdio the
 // connection's listens share its scope and count each URI's holders
-// (modernstdio.go). A URI no worker serves, or whose worker refuses the
+// (stdio20260728.go). A URI no worker serves, or whose worker refuses the
 // subscription, is left out of the acknowledgement.
 
 // listenSubscribeParallelism bounds one listen's subscribe calls in

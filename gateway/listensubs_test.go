@@ -126,7 +126,7 @@ func newSubStack(t testing.TB) *subStack {
 func touch(t *testing.T, url, uri string) {
 	t.Helper()
 	status, msgs := post26(t, url, request(1, "tools/call", map[string]any{"name": "touch", "arguments": map[string]any{"uri": uri}, "_meta": envelope(map[string]any{})}),
-		modernHeaders("tools/call", "touch"))
+		headers2026("tools/call", "touch"))
 	if status != http.StatusOK || len(msgs) == 0 || msgs[len(msgs)-1].Result == nil {
 		t.Fatalf("touch %s: status %d, %+v", uri, status, msgs)
 	}
@@ -149,7 +149,7 @@ func openListen(t testing.TB, url, id string, filter map[string]any, caps map[st
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range modernHeaders("subscriptions/listen", "") {
+	for k, v := range headers2026("subscriptions/listen", "") {
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -24,7 +24,7 @@ import (
 // listenTasksAllowed refuses a listen that names tasks without declaring
 // the tasks extension.
 func listenTasksAllowed(lr *listenRequest, params *inParams) *jsonrpc.Error {
-	if len(lr.tasks) == 0 || modernOptedIn(params) {
+	if len(lr.tasks) == 0 || optedIn2026(params) {
 		return nil
 	}
 	data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})

@@ -25,7 +25,7 @@ func TestListenTaskNotifications(t *testing.T) {
 	create := func() string {
 		t.Helper()
 		status, msgs := post26(t, urlA, request(1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{}, "_meta": envelope(listenTaskCaps)}),
-			modernHeaders("tools/call", "research"))
+			headers2026("tools/call", "research"))
 		var r struct {
 			ResultType string `json:"resultType"`
 			TaskID     string `json:"taskId"`
@@ -49,7 +49,7 @@ func TestListenTaskNotifications(t *testing.T) {
 
 	id1 := create()
 	code, msgs := post26(t, urlA, request("l0", "subscriptions/listen", map[string]any{"_meta": envelope(map[string]any{}), "notifications": map[string]any{"taskIds": []string{id1}}}),
-		modernHeaders("subscriptions/listen", ""))
+		headers2026("subscriptions/listen", ""))
 	wantError(t, code, msgs, http.StatusBadRequest, -32021, `"l0"`)
 
 	l1, ack := openListen(t, urlA, "l1", map[string]any{"taskIds": []string{id1, "0123456789abcdef0123456789abcdef"}}, listenTaskCaps)
@@ -57,7 +57,7 @@ func TestListenTaskNotifications(t *testing.T) {
 		t.Fatalf("acknowledged %s; want only %s", got, id1)
 	}
 	status(l1, "working")
-	if code, msgs := post26(t, urlB, request(2, "tasks/cancel", map[string]any{"taskId": id1, "_meta": envelope(listenTaskCaps)}), modernHeaders("tasks/cancel", id1)); code != http.StatusOK || msgs[0].Result == nil {
+	if code, msgs := post26(t, urlB, request(2, "tasks/cancel", map[string]any{"taskId": id1, "_meta": envelope(listenTaskCaps)}), headers2026("tasks/cancel", id1)); code != http.StatusOK || msgs[0].Result == nil {
 		t.Fatalf("tasks/cancel through B: %d %+v", code, msgs)
 	}
 	status(l1, "cancelled")

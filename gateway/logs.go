@@ -4,7 +4,7 @@ package gateway
 // sees it: the scope of a 2025-era HTTP session or stdio connection; none
 // for a 2026-07-28 request, which is stateless.
 func (c *call) sessionKey() string {
-	if c.modern {
+	if c.rev2026 {
 		return ""
 	}
 	return c.s.scope
@@ -14,7 +14,7 @@ func (c *call) sessionKey() string {
 // request's own (2026-07-28) or its session's logging/setLevel; empty
 // when it set none.
 func (c *call) wantedLevel() string {
-	if c.modern {
+	if c.rev2026 {
 		return c.logLevel
 	}
 	c.s.mu.Lock()

@@ -73,7 +73,7 @@ type mrtrParams struct {
 // openRound reads a 2026-07-28 call's inputResponses and requestState
 // into the answers its handler gets.
 func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
-	if !c.modern {
+	if !c.rev2026 {
 		return nil // 2025 clients answer requests; nothing answers for them
 	}
 	c.toward.tool, c.toward.args = p.method+" "+p.target, p.arguments

@@ -27,7 +27,7 @@ func callAskAll(t *testing.T, url string, id int, args map[string]any, responses
 	if state != "" {
 		params["requestState"] = state
 	}
-	status, msgs := post26(t, url, request(id, "tools/call", params), modernHeaders("tools/call", "ask_all"))
+	status, msgs := post26(t, url, request(id, "tools/call", params), headers2026("tools/call", "ask_all"))
 	if len(msgs) == 0 {
 		t.Fatalf("round %d: no answer (HTTP %d)", id, status)
 	}

@@ -107,7 +107,7 @@ func parseOutboundID(id jsonrpc.ID) (callID string, seq int64, ok bool) {
 // capabilitiesFor returns the capabilities the client declared for a
 // request: in initialize (2025), or in the request's own _meta (2026).
 func (s *session) capabilitiesFor(params *inParams) json.RawMessage {
-	if s.isModern() {
+	if s.speaks2026() {
 		if !envelopeOf(params).hasCaps {
 			return nil
 		}
@@ -123,7 +123,7 @@ func (s *session) capabilitiesFor(params *inParams) json.RawMessage {
 // refusal travels to the worker on its own goroutine.
 func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *pb.ClientRequest) {
 	callID, seq := begun.GetCallId(), r.GetSeq()
-	if c.modern {
+	if c.rev2026 {
 		c.parkForInput(wc, begun, r)
 		return
 	}

@@ -12,14 +12,14 @@ import (
 // Protocol versions this gateway speaks, newest first.
 const (
 	Version20260728 = "2026-07-28"
-	latestLegacy    = "2025-11-25"
+	latest2025      = "2025-11-25"
 )
 
-// legacyVersions are the initialize-based revisions we negotiate.
-var legacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+// versions2025 are the initialize-based revisions we negotiate.
+var versions2025 = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
 
 // SupportedVersions lists every protocol version served.
-var SupportedVersions = append([]string{Version20260728}, legacyVersions...)
+var SupportedVersions = append([]string{Version20260728}, versions2025...)
 
 // metaVersion is the _meta key of a 2026-07-28 request's version.
 const metaVersion = "io.modelcontextprotocol/protocolVersion"
@@ -34,10 +34,10 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 	params := paramsOf(m)
 	if m.Method == "server/discover" || params.version() == Version20260728 {
 		s.mu.Lock()
-		s.modern = true // this client speaks 2026-07-28
+		s.rev2026 = true // this client speaks 2026-07-28
 		s.mu.Unlock()
 	}
-	if s.isModern() {
+	if s.speaks2026() {
 		if e, _ := s.precheck(ctx, m); e != nil {
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 			return
@@ -57,16 +57,16 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, rpcErr))
 		return
 	}
-	if s.isModern() {
+	if s.speaks2026() {
 		result = complete(m.Method, result)
 	}
 	reply.send(jsonrpc.Response(m.ID, result))
 }
 
-func (s *session) isModern() bool {
+func (s *session) speaks2026() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.modern
+	return s.rev2026
 }
 
 // complete marks a 2026-07-28 result final, as that revision requires;
@@ -139,8 +139,8 @@ func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *js
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid initialize params: %v", err)
 	}
-	v := latestLegacy
-	if slices.Contains(legacyVersions, p.ProtocolVersion) {
+	v := latest2025
+	if slices.Contains(versions2025, p.ProtocolVersion) {
 		v = p.ProtocolVersion
 	}
 	s.mu.Lock()

@@ -45,7 +45,7 @@ func (c *call) progress(p *pb.Progress) {
 // log relays a worker's log message while the call runs and the
 // session's level lets it through.
 func (c *call) log(l *pb.LogMessage) {
-	if c.modern && !levelPasses(l.GetLevel(), c.logLevel) || !c.modern && !c.s.logs(l.GetLevel()) {
+	if c.rev2026 && !levelPasses(l.GetLevel(), c.logLevel) || !c.rev2026 && !c.s.logs(l.GetLevel()) {
 		return
 	}
 	params := map[string]any{"level": l.GetLevel(), "data": json.RawMessage(l.GetDataJson())}
@@ -61,7 +61,7 @@ func (c *call) result(v any) []byte {
 	if raw, ok := v.(json.RawMessage); ok {
 		return c.rawResult(raw)
 	}
-	if !c.modern {
+	if !c.rev2026 {
 		return jsonrpc.Response(c.id, v)
 	}
 	return jsonrpc.Response(c.id, complete(c.method, v))
@@ -88,7 +88,7 @@ func (c *call) rawResult(raw json.RawMessage) []byte {
 		c.s.g.log.Warn("a worker's result is not JSON", "scope", c.s.scope, "id", c.idText(), "err", err)
 		return jsonrpc.ErrorResponse(c.id, true, jsonrpc.Errorf(jsonrpc.CodeInternalError, "the worker answered with a result that does not decode"))
 	}
-	if c.modern && !appendComplete(buf, start, c.method) {
+	if c.rev2026 && !appendComplete(buf, start, c.method) {
 		return jsonrpc.Response(c.id, completeRaw(c.method, raw))
 	}
 	buf.WriteByte('}')

@@ -221,7 +221,7 @@ func (r *routed) metricName() string {
 }
 
 // unknown is the error for a target no live worker serves.
-func (r *routed) unknown(modern bool) *jsonrpc.Error {
+func (r *routed) unknown(rev2026 bool) *jsonrpc.Error {
 	switch r.method {
 	case "tools/call":
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown tool: %s", r.target)
@@ -230,14 +230,14 @@ func (r *routed) unknown(modern bool) *jsonrpc.Error {
 	case "completion/complete":
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "nothing to complete for %s", r.target)
 	}
-	return resourceNotFound(r.target, modern)
+	return resourceNotFound(r.target, rev2026)
 }
 
 // resourceNotFound is SEP-2164's error: -32602 in 2026-07-28, the older
 // -32002 before, with the URI in data.
-func resourceNotFound(uri string, modern bool) *jsonrpc.Error {
+func resourceNotFound(uri string, rev2026 bool) *jsonrpc.Error {
 	code := jsonrpc.CodeInvalidParams
-	if !modern {
+	if !rev2026 {
 		code = codeResourceNotFound
 	}
 	data, _ := json.Marshal(map[string]string{"uri": uri})

@@ -40,9 +40,9 @@ func BenchmarkAnswer(b *testing.B) {
 	body := []byte(`{"content":[{"type":"text","text":"a short line of text to echo back"}],"structuredContent":{"text":"a short line of text to echo back"}}`)
 	no := false
 	for _, era := range []struct {
-		name   string
-		modern bool
-		res    *pb.ExecuteResult
+		name    string
+		rev2026 bool
+		res     *pb.ExecuteResult
 	}{
 		{"2025", false, &pb.ExecuteResult{ResultJson: body}},
 		{"2026", true, &pb.ExecuteResult{ResultJson: body}},
@@ -54,7 +54,7 @@ func BenchmarkAnswer(b *testing.B) {
 			s := newSession(g, "conn:bench", "alice")
 			b.ReportAllocs()
 			for b.Loop() {
-				c := &call{s: s, id: jsonrpc.Int(7), method: "tools/call", reply: discard{}, modern: era.modern}
+				c := &call{s: s, id: jsonrpc.Int(7), method: "tools/call", reply: discard{}, rev2026: era.rev2026}
 				c.answer(era.res)
 				if !c.settled() {
 					b.Fatal("the gate did not close")

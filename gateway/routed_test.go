@@ -19,8 +19,8 @@ func TestDecodeParamsOnce(t *testing.T) {
 		version      string
 		bad          bool // parseRouted refuses a tools/call with these
 	}{
-		{"modern", `{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`, "2026-07-28", false},
-		{"legacy", `{"name":"echo","arguments":{"text":"hi"}}`, "", false},
+		{"2026-07-28", `{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`, "2026-07-28", false},
+		{"2025", `{"name":"echo","arguments":{"text":"hi"}}`, "", false},
 		{"meta without version", `{"name":"echo","_meta":{"progressToken":1}}`, "", false},
 		{"meta null", `{"name":"echo","_meta":null}`, "", false},
 		{"version not a string", `{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":2026}}`, "", false},
@@ -117,26 +117,26 @@ func TestRawResultAsDecoded(t *testing.T) {
 			`[1,2]`,
 			``,
 		} {
-			for _, modern := range []bool{false, true} {
-				c := &call{s: s, id: jsonrpc.String("r-1"), method: method, modern: modern}
+			for _, rev2026 := range []bool{false, true} {
+				c := &call{s: s, id: jsonrpc.String("r-1"), method: method, rev2026: rev2026}
 				got := c.result(json.RawMessage(raw))
 				old := json.RawMessage(raw)
 				if raw == "" {
 					old = nil
 				}
 				var want []byte
-				if modern {
+				if rev2026 {
 					want = jsonrpc.Response(c.id, completeRaw(method, old))
 				} else {
 					want = jsonrpc.Response(c.id, old)
 				}
 				var g, w any
 				if err := json.Unmarshal(got, &g); err != nil {
-					t.Fatalf("%s %q modern %v: %s is not JSON", method, raw, modern, got)
+					t.Fatalf("%s %q rev2026 %v: %s is not JSON", method, raw, rev2026, got)
 				}
 				json.Unmarshal(want, &w)
 				if !reflect.DeepEqual(g, w) {
-					t.Errorf("%s %q modern %v:\n got %s\nwant %s", method, raw, modern, got, want)
+					t.Errorf("%s %q rev2026 %v:\n got %s\nwant %s", method, raw, rev2026, got, want)
 				}
 				if bytes.ContainsAny(got, "\n") {
 					t.Errorf("%s %q: a newline in %s breaks stdio framing", method, raw, got)

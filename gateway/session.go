@@ -35,7 +35,7 @@ type session struct {
 	g         *Gateway
 	scope     string
 	principal string
-	modern    bool // 2026-07-28: no initialize, no notifications over HTTP
+	rev2026   bool // 2026-07-28: no initialize, no notifications over HTTP
 
 	mu          sync.Mutex
 	inbound     map[string]*call
@@ -322,9 +322,9 @@ func (s *session) pingLoop(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 		s.mu.Lock()
-		legacy := s.version != "" && !s.modern // 2026-07-28 clients drop server requests
+		rev2025 := s.version != "" && !s.rev2026 // 2026-07-28 clients drop server requests
 		s.mu.Unlock()
-		if !legacy {
+		if !rev2025 {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, interval)

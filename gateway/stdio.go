@@ -63,7 +63,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) erro
 		} else {
 			s.cancelAll(pb.Initiator_INITIATOR_SHUTDOWN, "the gateway is shutting down")
 		}
-		s.closeListens(!left) // 2026-07-28 listens and their subscriptions (modernstdio.go)
+		s.closeListens(!left) // 2026-07-28 listens and their subscriptions (stdio20260728.go)
 	}()
 	pingCtx, stopPing := context.WithCancel(ctx)
 	defer stopPing()

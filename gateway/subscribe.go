@@ -82,7 +82,7 @@ func (g *Gateway) deliverNotification(m *pb.WatchSessionNotificationsResponse) {
 	}
 	msg := jsonrpc.Notification(m.GetMethod(), params)
 	for _, s := range ss {
-		if s.isModern() && !updated {
+		if s.speaks2026() && !updated {
 			continue
 		}
 		if level == "" || s.logs(level) {
@@ -126,7 +126,7 @@ func (s *session) announceEnd(reason string) {
 // nothing; that is logged.
 func (c *call) noteSubscription(r *pb.ExecuteResult) {
 	unsub := c.method == "resources/unsubscribe"
-	if c.method != "resources/subscribe" && !unsub || len(r.GetErrorJson()) > 0 || c.modern {
+	if c.method != "resources/subscribe" && !unsub || len(r.GetErrorJson()) > 0 || c.rev2026 {
 		return
 	}
 	if err := c.s.recordSubscription(context.WithoutCancel(c.s.g.base), c.target, unsub); err != nil {

@@ -75,9 +75,9 @@ func (g *Gateway) taskSupport(ctx context.Context, name string) (support string,
 	return taskForbidden, false
 }
 
-// modernOptedIn says whether a 2026-07-28 request declares the tasks
+// optedIn2026 says whether a 2026-07-28 request declares the tasks
 // extension in its client capabilities.
-func modernOptedIn(params *inParams) bool {
+func optedIn2026(params *inParams) bool {
 	var caps struct {
 		Extensions map[string]json.RawMessage `json:"extensions"`
 	}
@@ -101,9 +101,9 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 		json.Unmarshal(raw, &tr.Task)
 	}
 	var asTask bool
-	if s.isModern() {
-		// The server decides; the client's legacy task hint is ignored.
-		asTask = support != taskForbidden && modernOptedIn(paramsOf(m))
+	if s.speaks2026() {
+		// The server decides; the client's 2025 task hint (params.task) is ignored.
+		asTask = support != taskForbidden && optedIn2026(paramsOf(m))
 		if support == taskRequired && !asTask {
 			data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, &jsonrpc.Error{
@@ -158,10 +158,10 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed,
 	case <-admitted:
 	case <-time.After(cancelTimeout): // a bound, not a wait for anything
 	}
-	if s.isModern() {
-		reply.send(jsonrpc.Response(m.ID, modernCreateTaskResult(created.GetTask())))
+	if s.speaks2026() {
+		reply.send(jsonrpc.Response(m.ID, createTaskResult2026(created.GetTask())))
 	} else {
-		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": legacyTask(created.GetTask())}))
+		reply.send(jsonrpc.Response(m.ID, map[string]any{"task": task2025(created.GetTask())}))
 	}
 }
 
@@ -197,7 +197,7 @@ type taskRun struct {
 // its client by: none for a 2025-11-25 task, whose client would be asked
 // on tasks/result, which relays no requests.
 func (s *session) taskCapabilities(params *inParams) json.RawMessage {
-	if !s.isModern() {
+	if !s.speaks2026() {
 		return nil
 	}
 	return s.capabilitiesFor(params)
@@ -324,7 +324,7 @@ func (g *Gateway) failTask(t *pb.Task, reason string) {
 // notifyTask tells the session's client the task's status, if the client
 // can hear notifications (2025-era sessions with a stream open).
 func (s *session) notifyTask(id string) {
-	if s.isModern() {
+	if s.speaks2026() {
 		return // notifications/tasks go on listen streams, which do not carry tasks yet
 	}
 	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
@@ -371,24 +371,24 @@ func taskMessage(t *pb.Task) string {
 	return ""
 }
 
-// legacyTask is a Task in 2025-11-25's form.
-func legacyTask(t *pb.Task) map[string]any {
+// task2025 is a Task in 2025-11-25's form.
+func task2025(t *pb.Task) map[string]any {
 	m := taskFields(t)
 	m["ttl"] = t.GetTtl().AsDuration().Milliseconds()
 	m["pollInterval"] = t.GetPollInterval().AsDuration().Milliseconds()
 	return m
 }
 
-// modernTask is a Task in the 2026-07-28 extension's form.
-func modernTask(t *pb.Task) map[string]any {
+// task2026 is a Task in the 2026-07-28 extension's form.
+func task2026(t *pb.Task) map[string]any {
 	m := taskFields(t)
 	m["ttlMs"] = t.GetTtl().AsDuration().Milliseconds()
 	m["pollIntervalMs"] = max(t.GetPollInterval().AsDuration().Milliseconds(), 1)
 	return m
 }
 
-func modernCreateTaskResult(t *pb.Task) map[string]any {
-	m := modernTask(t)
+func createTaskResult2026(t *pb.Task) map[string]any {
+	m := task2026(t)
 	m["resultType"] = "task"
 	return m
 }
@@ -425,7 +425,7 @@ func execution(t *pb.Tool) *toolExecution {
 // the task's life. Progress coalesces to the latest, and none follows the
 // task's end (the stream's outcome ends drain).
 func (s *session) taskProgress(id string, token json.RawMessage, p *pb.Progress) {
-	if len(token) == 0 || s.isModern() {
+	if len(token) == 0 || s.speaks2026() {
 		return
 	}
 	params := map[string]any{"progressToken": token, "progress": p.GetProgress(),

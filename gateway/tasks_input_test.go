@@ -37,7 +37,7 @@ func call26(t *testing.T, url string, id int, method, name string, params map[st
 	for k, v := range params {
 		p[k] = v
 	}
-	_, msgs := post26(t, url, request(id, method, p), modernHeaders(method, name))
+	_, msgs := post26(t, url, request(id, method, p), headers2026(method, name))
 	if len(msgs) == 0 {
 		t.Fatalf("%s: no answer", method)
 	}
@@ -332,7 +332,7 @@ func TestTaskAfterInputRounds(t *testing.T) {
 	// Without the tasks extension the tool is refused, as it runs only as
 	// a task.
 	p := map[string]any{"_meta": envelope(map[string]any{"elicitation": map[string]any{}}), "name": "test_tool_with_task", "arguments": map[string]any{}}
-	_, msgs := post26(t, urls[0], request(4, "tools/call", p), modernHeaders("tools/call", "test_tool_with_task"))
+	_, msgs := post26(t, urls[0], request(4, "tools/call", p), headers2026("tools/call", "test_tool_with_task"))
 	if len(msgs) == 0 || msgs[len(msgs)-1].Error == nil || msgs[len(msgs)-1].Error.Code != -32021 {
 		t.Fatalf("a client without tasks: %+v", msgs)
 	}

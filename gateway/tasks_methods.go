@@ -25,8 +25,8 @@ func (s *session) taskMethod(ctx context.Context, m *jsonrpc.Message) (any, *jso
 	if len(m.Params) > 0 && json.Unmarshal(m.Params, &p) != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid %s params", m.Method)
 	}
-	if s.isModern() {
-		return s.modernTaskMethod(ctx, m, p)
+	if s.speaks2026() {
+		return s.taskMethod2026(ctx, m, p)
 	}
 	switch m.Method {
 	case "tasks/get":
@@ -34,7 +34,7 @@ func (s *session) taskMethod(ctx context.Context, m *jsonrpc.Message) (any, *jso
 		if e != nil {
 			return nil, e
 		}
-		return legacyTask(t), nil
+		return task2025(t), nil
 	case "tasks/result":
 		return s.taskResult(ctx, p.TaskID)
 	case "tasks/list":
@@ -47,18 +47,18 @@ func (s *session) taskMethod(ctx context.Context, m *jsonrpc.Message) (any, *jso
 		if !won {
 			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "task %s is already %s; a terminal task cannot be cancelled", p.TaskID, taskStatusNames[t.GetStatus()])
 		}
-		return legacyTask(t), nil
+		return task2025(t), nil
 	}
 	return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)
 }
 
-// modernTaskMethod answers the extension's tasks/* requests.
-func (s *session) modernTaskMethod(ctx context.Context, m *jsonrpc.Message, p taskParams) (any, *jsonrpc.Error) {
+// taskMethod2026 answers the extension's tasks/* requests.
+func (s *session) taskMethod2026(ctx context.Context, m *jsonrpc.Message, p taskParams) (any, *jsonrpc.Error) {
 	switch m.Method {
 	case "tasks/result", "tasks/list":
 		return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s is not part of the %s extension", m.Method, extTasks)
 	}
-	if !modernOptedIn(paramsOf(m)) {
+	if !optedIn2026(paramsOf(m)) {
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
 		return nil, &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability: " + m.Method + " needs the " + extTasks + " extension", Data: data}
 	}
@@ -83,7 +83,7 @@ func (s *session) modernTaskMethod(ctx context.Context, m *jsonrpc.Message, p ta
 // detailedTask is the extension's tasks/get result: the task, with its
 // result or error inline once terminal.
 func detailedTask(t *pb.Task) map[string]any {
-	m := modernTask(t)
+	m := task2026(t)
 	switch t.GetStatus() {
 	case pb.TaskStatus_TASK_STATUS_COMPLETED:
 		m["result"] = json.RawMessage(t.GetResultJson())
@@ -167,7 +167,7 @@ func (s *session) listTasks(ctx context.Context, cursor string) (any, *jsonrpc.E
 	}
 	tasks := make([]any, 0, len(got.GetTasks()))
 	for _, t := range got.GetTasks() {
-		tasks = append(tasks, legacyTask(t))
+		tasks = append(tasks, task2025(t))
 	}
 	out := map[string]any{"tasks": tasks}
 	if next := got.GetNextPageToken(); next != "" {
@@ -198,7 +198,7 @@ func (s *session) cancelTask(ctx context.Context, id string) (*pb.Task, bool, *j
 // notifyTaskStatus tells a 2025-era client that can hear it a task's new
 // status.
 func (s *session) notifyTaskStatus(t *pb.Task) {
-	if !s.isModern() {
-		s.notify(jsonrpc.Notification("notifications/tasks/status", legacyTask(t)))
+	if !s.speaks2026() {
+		s.notify(jsonrpc.Notification("notifications/tasks/status", task2025(t)))
 	}
 }

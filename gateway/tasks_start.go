@@ -37,7 +37,7 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 	}
 	t := created.GetTask()
 	c.setOutcome(outcomeTask)
-	if !c.respond(jsonrpc.Response(c.id, modernCreateTaskResult(t))) {
+	if !c.respond(jsonrpc.Response(c.id, createTaskResult2026(t))) {
 		// The request ended (its client went) before it could learn of
 		// the task: nobody can reach the task, so it must not run.
 		c.s.dropTask(t.GetTaskId())
@@ -55,7 +55,7 @@ const taskStartMethodName = "io.mcpcancel/startTask"
 // taskRefusal says why the call cannot become a task, or "".
 func (c *call) taskRefusal(p *routed) string {
 	switch {
-	case !c.modern:
+	case !c.rev2026:
 		return "a 2025-era client asks for a task itself, with params.task"
 	case c.method != "tools/call":
 		return "only tools/call may become a task"

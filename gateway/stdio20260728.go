@@ -121,7 +121,7 @@ func (s *session) fanout() *listenFanout {
 // notifications/cancelled read after it finds it.
 func (s *session) listenStdio(m *jsonrpc.Message, reply sink) {
 	f := s.fanout()
-	if f == nil || !s.isModern() {
+	if f == nil || !s.speaks2026() {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "method not found: %s", m.Method)))
 		return
 	}

@@ -59,9 +59,9 @@ func envelope(caps map[string]any) map[string]any {
 	}
 }
 
-// modernHeaders are the headers a conforming client mirrors for method
+// headers2026 are the headers a conforming client mirrors for method
 // and name.
-func modernHeaders(method, name string) map[string]string {
+func headers2026(method, name string) map[string]string {
 	h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": method}
 	if name != "" {
 		h["Mcp-Name"] = name
@@ -133,7 +133,7 @@ func wantError(t *testing.T, status int, msgs []rpcMsg, wantStatus, code int, id
 	}
 }
 
-func TestModernEnvelopeRequired(t *testing.T) {
+func Test20260728EnvelopeRequired(t *testing.T) {
 	url := fixtureURL(t)
 	for _, tc := range []struct {
 		name string
@@ -149,35 +149,35 @@ func TestModernEnvelopeRequired(t *testing.T) {
 			if tc.meta != nil {
 				params["_meta"] = tc.meta
 			}
-			status, msgs := post26(t, url, request(7, "server/discover", params), modernHeaders("server/discover", ""))
+			status, msgs := post26(t, url, request(7, "server/discover", params), headers2026("server/discover", ""))
 			wantError(t, status, msgs, http.StatusBadRequest, -32602, "7")
 		})
 	}
 	t.Run("clientInfo is optional", func(t *testing.T) {
-		status, msgs := post26(t, url, request(8, "server/discover", map[string]any{"_meta": envelope(map[string]any{})}), modernHeaders("server/discover", ""))
+		status, msgs := post26(t, url, request(8, "server/discover", map[string]any{"_meta": envelope(map[string]any{})}), headers2026("server/discover", ""))
 		if status != http.StatusOK || len(msgs) != 1 || msgs[0].Error != nil {
 			t.Fatalf("status %d, %+v", status, msgs)
 		}
 	})
 }
 
-func TestModernRemovedMethods(t *testing.T) {
+func Test20260728RemovedMethods(t *testing.T) {
 	url := fixtureURL(t)
 	for _, method := range []string{"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "no/such/method"} {
 		t.Run(method, func(t *testing.T) {
-			status, msgs := post26(t, url, request("r-1", method, map[string]any{"_meta": envelope(map[string]any{})}), modernHeaders(method, ""))
+			status, msgs := post26(t, url, request("r-1", method, map[string]any{"_meta": envelope(map[string]any{})}), headers2026(method, ""))
 			wantError(t, status, msgs, http.StatusNotFound, -32601, `"r-1"`)
 		})
 	}
 }
 
-func TestModernHeaderChecks(t *testing.T) {
+func Test20260728HeaderChecks(t *testing.T) {
 	url := fixtureURL(t)
 	call := func(args map[string]any) map[string]any {
 		return request(3, "tools/call", map[string]any{"name": "test_custom_headers", "arguments": args, "_meta": envelope(map[string]any{})})
 	}
 	with := func(extra map[string]string) map[string]string {
-		h := modernHeaders("tools/call", "test_custom_headers")
+		h := headers2026("tools/call", "test_custom_headers")
 		maps.Copy(h, extra)
 		return h
 	}
@@ -201,10 +201,10 @@ func TestModernHeaderChecks(t *testing.T) {
 		{"boolean", call(map[string]any{"verbose": false}), with(map[string]string{"Mcp-Param-Verbose": "false"}), true},
 		{"boolean differs", call(map[string]any{"verbose": true}), with(map[string]string{"Mcp-Param-Verbose": "TRUE"}), false},
 		{"name header missing", call(map[string]any{}), map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"}, false},
-		{"name header differs", call(map[string]any{}), modernHeaders("tools/call", "echo"), false},
-		{"name header in base64", call(map[string]any{}), modernHeaders("tools/call", "=?base64?dGVzdF9jdXN0b21faGVhZGVycw==?="), true},
+		{"name header differs", call(map[string]any{}), headers2026("tools/call", "echo"), false},
+		{"name header in base64", call(map[string]any{}), headers2026("tools/call", "=?base64?dGVzdF9jdXN0b21faGVhZGVycw==?="), true},
 		{"method header missing", call(map[string]any{}), map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Name": "test_custom_headers"}, false},
-		{"method header in another case", call(map[string]any{}), modernHeaders("TOOLS/CALL", "test_custom_headers"), false},
+		{"method header in another case", call(map[string]any{}), headers2026("TOOLS/CALL", "test_custom_headers"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, msgs := post26(t, url, tc.body, tc.headers)
@@ -219,11 +219,11 @@ func TestModernHeaderChecks(t *testing.T) {
 	}
 }
 
-func TestModernMissingClientCapability(t *testing.T) {
+func Test20260728MissingClientCapability(t *testing.T) {
 	url := fixtureURL(t)
 	call := func(caps map[string]any) (int, []rpcMsg) {
 		return post26(t, url, request(5, "tools/call", map[string]any{"name": "test_missing_capability", "arguments": map[string]any{}, "_meta": envelope(caps)}),
-			modernHeaders("tools/call", "test_missing_capability"))
+			headers2026("tools/call", "test_missing_capability"))
 	}
 	status, msgs := call(map[string]any{"elicitation": map[string]any{}})
 	wantError(t, status, msgs, http.StatusBadRequest, -32021, "5")
@@ -239,17 +239,17 @@ func TestModernMissingClientCapability(t *testing.T) {
 		t.Fatalf("with sampling declared: status %d, %+v", status, msgs)
 	}
 	// The requirement is the gateway's; clients never see the key.
-	_, msgs = post26(t, url, request(6, "tools/list", map[string]any{"_meta": envelope(map[string]any{})}), modernHeaders("tools/list", ""))
+	_, msgs = post26(t, url, request(6, "tools/list", map[string]any{"_meta": envelope(map[string]any{})}), headers2026("tools/list", ""))
 	if len(msgs) != 1 || bytes.Contains(msgs[0].Result, []byte("io.mcpcancel/")) {
 		t.Errorf("tools/list shows the gateway's annotation: %s", msgs[0].Result)
 	}
 }
 
-func TestModernLogsOnlyWithLogLevel(t *testing.T) {
+func Test20260728LogsOnlyWithLogLevel(t *testing.T) {
 	url := fixtureURL(t)
 	logs := func(meta map[string]any) int {
 		_, msgs := post26(t, url, request(9, "tools/call", map[string]any{"name": "test_logging_tool", "arguments": map[string]any{}, "_meta": meta}),
-			modernHeaders("tools/call", "test_logging_tool"))
+			headers2026("tools/call", "test_logging_tool"))
 		if len(msgs) == 0 || msgs[len(msgs)-1].Result == nil {
 			t.Fatalf("no result: %+v", msgs)
 		}
@@ -271,10 +271,10 @@ func TestModernLogsOnlyWithLogLevel(t *testing.T) {
 	}
 }
 
-func TestModernEmptyCatalogue(t *testing.T) {
+func Test20260728EmptyCatalogue(t *testing.T) {
 	url := fixtureURL(t)
 	for _, method := range []string{"prompts/list", "resources/list", "resources/templates/list", "tools/list"} {
-		_, msgs := post26(t, url, request(1, method, map[string]any{"_meta": envelope(map[string]any{})}), modernHeaders(method, ""))
+		_, msgs := post26(t, url, request(1, method, map[string]any{"_meta": envelope(map[string]any{})}), headers2026(method, ""))
 		var r struct {
 			TTL   *int   `json:"ttlMs"`
 			Scope string `json:"cacheScope"`
@@ -284,14 +284,14 @@ func TestModernEmptyCatalogue(t *testing.T) {
 		}
 	}
 	uri := "test://nothing-here"
-	status, msgs := post26(t, url, request(2, "resources/read", map[string]any{"uri": uri, "_meta": envelope(map[string]any{})}), modernHeaders("resources/read", uri))
+	status, msgs := post26(t, url, request(2, "resources/read", map[string]any{"uri": uri, "_meta": envelope(map[string]any{})}), headers2026("resources/read", uri))
 	wantError(t, status, msgs, http.StatusOK, -32602, "2")
 	if !bytes.Contains(msgs[0].Error.Data, []byte(uri)) {
 		t.Errorf("resource-not-found data %s does not name %s", msgs[0].Error.Data, uri)
 	}
 }
 
-func TestModernListenTagsSubscriptionID(t *testing.T) {
+func Test20260728ListenTagsSubscriptionID(t *testing.T) {
 	url := fixtureURL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -301,7 +301,7 @@ func TestModernListenTagsSubscriptionID(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range modernHeaders("subscriptions/listen", "") {
+	for k, v := range headers2026("subscriptions/listen", "") {
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -334,7 +334,7 @@ func TestModernListenTagsSubscriptionID(t *testing.T) {
 	}
 	tagged(next(), "notifications/subscriptions/acknowledged") // first, and tagged too
 	status, msgs := post26(t, url, request(1, "tools/call", map[string]any{"name": "test_trigger_tool_change", "arguments": map[string]any{}, "_meta": envelope(map[string]any{})}),
-		modernHeaders("tools/call", "test_trigger_tool_change"))
+		headers2026("tools/call", "test_trigger_tool_change"))
 	if status != http.StatusOK || len(msgs) == 0 || msgs[len(msgs)-1].Result == nil {
 		t.Fatalf("trigger: status %d, %+v", status, msgs)
 	}

@@ -224,9 +224,9 @@ func listenResult(id jsonrpc.ID) map[string]any {
 	}
 }
 
-// postModern serves a 2026-07-28 POST: no session; the request is its own
+// post2026 serves a 2026-07-28 POST: no session; the request is its own
 // scope, and closing its response stream cancels it.
-func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
+func (h *httpTransport) post2026(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, principal string) {
 	if m.Kind != jsonrpc.KindRequest {
 		w.WriteHeader(http.StatusAccepted) // no client notifications in this revision; nothing to do
 		return
@@ -236,7 +236,7 @@ func (h *httpTransport) postModern(w http.ResponseWriter, r *http.Request, m *js
 		return
 	}
 	s := newSession(h.g, client.StreamScope+randid.New(16), principal)
-	s.modern = true
+	s.rev2026 = true
 	if e, status := s.precheck(r.Context(), m); e != nil {
 		writeErrorResponse(w, status, m.ID, true, e)
 		return
