@@ -188,10 +188,11 @@ func (r *relay) awaitTrailing(ctx context.Context) {
 // add routes a fresh token to c, if c wants progress. The route closes as
 // soon as ctx is done.
 func (p *progressRoutes) add(ctx context.Context, c *worker.Call) *relay {
-	r := &relay{ctx: ctx, call: c, moved: make(chan struct{})}
+	r := &relay{ctx: ctx, call: c}
 	if !c.WantsProgress() {
-		return r
+		return r // no token: nothing is relayed, nothing trails
 	}
+	r.moved = make(chan struct{})
 	p.mu.Lock()
 	p.next++
 	r.token = "mcpcancel-" + strconv.FormatUint(p.next, 10)
