@@ -25,9 +25,6 @@ type cancelParams struct {
 // ignored. The coordinator's RPC runs through async, so a transport's read
 // loop need not wait for it.
 func (s *session) clientCancelled(raw json.RawMessage, async func(func())) {
-	if s.endListen(raw) {
-		return // a stdio subscriptions/listen, not a call
-	}
 	var p cancelParams
 	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
 		s.g.log.Debug("ignoring malformed cancellation", "scope", s.scope)
@@ -39,6 +36,9 @@ func (s *session) clientCancelled(raw json.RawMessage, async func(func())) {
 		s.g.log.Debug("ignoring cancellation with a bad id", "scope", s.scope, "err", err)
 		s.g.metrics.cancel(cancelInvalid)
 		return
+	}
+	if s.endListen(id) {
+		return // a stdio subscriptions/listen, not a call
 	}
 	reason := ""
 	if p.Reason != nil {

@@ -224,18 +224,10 @@ func (f *listenFanout) endLocked(s *session, l *stdioListen) {
 	})
 }
 
-// endListen closes the subscription a notifications/cancelled names, if
-// it names one; it reports whether it did. Nothing answers the listen:
-// its client cancelled it.
-func (s *session) endListen(params json.RawMessage) bool {
-	var p cancelParams
-	if json.Unmarshal(params, &p) != nil || p.RequestID == nil {
-		return false
-	}
-	id, err := jsonrpc.ParseID(p.RequestID)
-	if err != nil {
-		return false
-	}
+// endListen closes the subscription a notifications/cancelled names by
+// id, if it names one; it reports whether it did. Nothing answers the
+// listen: its client cancelled it.
+func (s *session) endListen(id jsonrpc.ID) bool {
 	f := s.currentFanout()
 	if f == nil {
 		return false
