@@ -31,20 +31,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 	if err := s.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	now := s.now()
-	rec := &callRecord{
-		Scope:       req.GetKey().GetScope(),
-		Principal:   req.GetPrincipal(),
-		RequestID:   client.RequestIDJSON(req.GetKey().GetRequestId()),
-		Method:      callMethod(req.GetMethod()),
-		Tool:        req.GetTool(),
-		Gateway:     req.GetGateway(),
-		State:       stateRunning,
-		RequestedAt: now,
-		Deadline:    now.Add(s.timeout(req)),
-		TraceID:     telemetry.TraceID(ctx),
-		BeginID:     req.GetBeginId(),
-	}
+	rec := s.newRecord(ctx, req)
 	idx := s.keys.index(req.GetKey())
 	var reuse int64 // the index revision to overwrite, when the id was used before
 	var lost string // for a retry, the worker the call was lost with
@@ -60,30 +47,16 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		rec.RetryOf, reuse, lost = prior.CallID, rev, prior.Worker
 	}
 	for range 5 {
-		w, err := s.view.pick(rec.Method, rec.Tool, lost)
-		if errors.Is(err, ErrUnknownTool) {
-			// A worker that just attached, perhaps to another replica, may
-			// not have reached this replica's watch yet: look once more.
-			if err = s.view.refreshWorkers(ctx); err == nil {
-				w, err = s.view.pick(rec.Method, rec.Tool, lost)
-			}
-		}
+		w, err := s.pick(ctx, rec, lost)
 		if err != nil {
 			return nil, err
 		}
 		rec.CallID, rec.Worker = randid.New(16), w.name
-		fence, err := s.beginTxn(ctx, rec, idx, w, reuse)
+		fence, _, err := s.beginTxn(ctx, rec, idx, w, reuse)
 		switch {
 		case err == nil:
-			s.view.addOwner(w.name, rec.CallID)
-			s.running.add(rec, idx, fence)
-			tracePlacement(ctx, rec)
-			return &pb.BeginResponse{
-				CallId: rec.CallID, Fence: fence, Worker: w.name,
-				WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
-				Timeout:    durationpb.New(rec.Deadline.Sub(rec.RequestedAt)),
-				Idempotent: idempotent(w, rec),
-			}, nil
+			s.begun(ctx, rec, idx, w, fence)
+			return placedReply(rec, w, fence, nil), nil
 		case errors.As(err, new(*indexTaken)) && lost != "":
 			return nil, fmt.Errorf("%w: request id %s was used again meanwhile", ErrNotRetryable, rec.RequestID)
 		case errors.As(err, new(*indexTaken)):
@@ -97,6 +70,56 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		}
 	}
 	return nil, fmt.Errorf("%w: the call could not be placed after several tries", ErrNoCapacity)
+}
+
+// newRecord is the record of the call req begins, as begun.
+func (s *Server) newRecord(ctx context.Context, req *pb.BeginRequest) *callRecord {
+	now := s.now()
+	return &callRecord{
+		Scope:       req.GetKey().GetScope(),
+		Principal:   req.GetPrincipal(),
+		RequestID:   client.RequestIDJSON(req.GetKey().GetRequestId()),
+		Method:      callMethod(req.GetMethod()),
+		Tool:        req.GetTool(),
+		Gateway:     req.GetGateway(),
+		State:       stateRunning,
+		RequestedAt: now,
+		Deadline:    now.Add(s.timeout(req)),
+		TraceID:     telemetry.TraceID(ctx),
+		BeginID:     req.GetBeginId(),
+	}
+}
+
+// pick chooses a live worker for rec, never lost.
+func (s *Server) pick(ctx context.Context, rec *callRecord, lost string) (*workerEntry, error) {
+	w, err := s.view.pick(rec.Method, rec.Tool, lost)
+	if errors.Is(err, ErrUnknownTool) {
+		// A worker that just attached, perhaps to another replica, may
+		// not have reached this replica's watch yet: look once more.
+		if err = s.view.refreshWorkers(ctx); err == nil {
+			w, err = s.view.pick(rec.Method, rec.Tool, lost)
+		}
+	}
+	return w, err
+}
+
+// begun notes a call whose Begin committed at fence, still running.
+func (s *Server) begun(ctx context.Context, rec *callRecord, idx string, w *workerEntry, fence int64) {
+	s.view.addOwner(w.name, rec.CallID)
+	s.running.add(rec, idx, fence)
+	tracePlacement(ctx, rec)
+}
+
+// placedReply tells the caller where rec runs: fence 0 with its
+// placement while the record is being written beside the work.
+func placedReply(rec *callRecord, w *workerEntry, fence int64, placement []byte) *pb.BeginResponse {
+	return &pb.BeginResponse{
+		CallId: rec.CallID, Fence: fence, Worker: w.name,
+		WorkerAddress: w.info.Address, Deadline: timestamppb.New(rec.Deadline),
+		Timeout:    durationpb.New(rec.Deadline.Sub(rec.RequestedAt)),
+		Idempotent: idempotent(w, rec),
+		Placement:  placement,
+	}
 }
 
 // retryable checks that req may retry the call it names: the call its key
@@ -192,24 +215,30 @@ func (e *indexTaken) Error() string { return "coordinator: request id already us
 
 // beginTxn creates the call record, the index entry and the owner key in one
 // transaction, if the worker is still the one we saw and the index entry is
-// free (or still the settled call we are replacing). It returns the fence.
-func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *workerEntry, reuse int64) (int64, error) {
+// free (or still the settled call we are replacing). It returns the fence,
+// or settled: a decision made beside the work (Start) created the record
+// first, and the Begin wrote nothing.
+func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *workerEntry, reuse int64) (fence int64, settled bool, err error) {
 	lease, err := s.begunLease.lease(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
+	ck := s.keys.call(rec.CallID)
 	begun := encode(rec)
 	guards := []clientv3.Cmp{
+		// First: a decision may have created the record already.
+		clientv3.Compare(clientv3.CreateRevision(ck), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
 		clientv3.Compare(clientv3.ModRevision(idx), "=", reuse),
 		// A session closed on another replica takes no new calls.
 		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
 	}
 	orElse := []clientv3.Op{
+		clientv3.OpGet(ck, clientv3.WithKeysOnly()),
 		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
 		clientv3.OpGet(idx),
 		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
@@ -222,7 +251,7 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 		orElse = append(orElse, clientv3.OpGet(abandoned, clientv3.WithKeysOnly()))
 	}
 	resp, err := s.commits.Txn(ctx).If(guards...).Then( // with concurrent calls' decisions
-		clientv3.OpPut(s.keys.call(rec.CallID), begun, clientv3.WithLease(lease)),
+		clientv3.OpPut(ck, begun, clientv3.WithLease(lease)),
 		// The index holds the record as begun, so a cancel resolves it
 		// in one read; the fence (its revision) proves it still current.
 		clientv3.OpPut(idx, begun, clientv3.WithLease(lease)),
@@ -233,25 +262,26 @@ func (s *Server) beginTxn(ctx context.Context, rec *callRecord, idx string, w *w
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.begunLease.forget(lease)
 		}
-		return 0, etcdErr(ctx, "begin", err)
+		return 0, false, etcdErr(ctx, "begin", err)
 	}
 	if resp.Succeeded {
-		return resp.Header.Revision, nil
+		return resp.Header.Revision, false, nil
 	}
-	wkv, ikv := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-	if len(resp.Responses) > 3 && len(resp.Responses[3].GetResponseRange().Kvs) > 0 {
-		return 0, fmt.Errorf("%w: begin %s", ErrAbandoned, rec.BeginID)
+	got := func(i int) []*mvccpb.KeyValue { return resp.Responses[i].GetResponseRange().Kvs }
+	wkv, ikv := got(1), got(2)
+	switch {
+	case len(got(0)) > 0:
+		return 0, true, nil
+	case len(resp.Responses) > 4 && len(got(4)) > 0:
+		return 0, false, fmt.Errorf("%w: begin %s", ErrAbandoned, rec.BeginID)
+	case len(got(3)) > 0:
+		return 0, false, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
+	case len(wkv) == 0 || wkv[0].CreateRevision != w.createRev:
+		return 0, false, errWorkerGone
+	case len(ikv) > 0:
+		return 0, false, &indexTaken{ikv[0]}
 	}
-	if len(resp.Responses[2].GetResponseRange().Kvs) > 0 {
-		return 0, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
-	}
-	if len(wkv) == 0 || wkv[0].CreateRevision != w.createRev {
-		return 0, errWorkerGone
-	}
-	if len(ikv) > 0 {
-		return 0, &indexTaken{ikv[0]}
-	}
-	return 0, errWorkerGone // index moved under us; retry
+	return 0, false, errWorkerGone // index moved under us; retry
 }
 
 // reusable checks that the call an index entry points at has settled, so

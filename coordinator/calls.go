@@ -34,7 +34,7 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	}
 	switch t := req.GetTarget().(type) {
 	case *pb.CancelRequest_Key:
-		return s.cancelKey(ctx, t.Key, req.GetPrincipal(), d)
+		return s.cancelKey(ctx, t.Key, req.GetPrincipal(), d, req.GetAwaitRecord())
 	case *pb.CancelRequest_Call:
 		rec, kv, err := s.ownedCall(ctx, t.Call)
 		if errors.Is(err, ErrUnknownCall) {
@@ -62,7 +62,7 @@ func (s *Server) cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 // else is re-read linearizably before it is answered, so a lagging member
 // or a stale cache can neither hide a call nor pass off an earlier call
 // that used the same id.
-func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal string, d decision) (*pb.CancelResponse, error) {
+func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal string, d decision, await bool) (*pb.CancelResponse, error) {
 	if err := validateCallKey(key); err != nil {
 		return nil, err
 	}
@@ -75,6 +75,9 @@ func (s *Server) cancelKey(ctx context.Context, key *pb.CallKey, principal strin
 	}
 	d.late = true
 	v, id, err = s.cancelResolved(ctx, key, principal, d, false)
+	if errors.Is(err, ErrUnknownCall) && await && s.awaitRecord(ctx, key) {
+		v, id, err = s.cancelResolved(ctx, key, principal, d, false)
+	}
 	if errors.Is(err, ErrUnknownCall) {
 		return &pb.CancelResponse{Result: pb.CancelResult_CANCEL_RESULT_UNKNOWN}, nil
 	}

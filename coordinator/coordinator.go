@@ -62,10 +62,13 @@ type Server struct {
 	begunLease *retention // Begin's: outlives the call's last possible decision
 	stops      *stopBatcher
 	commits    *committer
-	attached   *attachments
-	notes      noteWatchers
-	metrics    *metrics
-	health     *healthState
+	placed     placedCalls // calls placed here whose Begin has not answered (start.go)
+	// recordWaits holds a token per cancel waiting for a record (start.go).
+	recordWaits chan struct{}
+	attached    *attachments
+	notes       noteWatchers
+	metrics     *metrics
+	health      *healthState
 
 	schemaBehind atomic.Bool // the keyspace awaits the leader's migration
 
@@ -103,6 +106,7 @@ func New(opts Options) *Server {
 	s.begunLease = &retention{s: s, extra: s.opts.MaxTimeout + s.opts.LeaseTTL}
 	s.stops = newStopBatcher(s)
 	s.commits = newCommitter(opts.Client, opts.OpTimeout)
+	s.recordWaits = make(chan struct{}, maxRecordWaits)
 	s.metrics = newMetrics(s)
 	s.commits.took = func(d time.Duration) { s.metrics.commitDuration.Observe(d.Seconds()) }
 	return s

@@ -15,6 +15,8 @@ type metrics struct {
 	// Completions sent on workers' control streams (CompleteCall), which
 	// gRPC's per-method metrics do not see.
 	streamCompletes prometheus.Counter
+	createdSettled  prometheus.Counter
+	starts          *prometheus.CounterVec
 	// From a decision (settled_at) to the handler's reported return
 	// (stopped_at), as the audit records them.
 	stopLatency *prometheus.HistogramVec
@@ -46,6 +48,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "mcpcancel_coordinator_stream_completions_total",
 			Help: "Completions workers sent on their control streams rather than as Complete RPCs.",
 		}),
+		createdSettled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpcancel_coordinator_created_settled_total",
+			Help: "Decisions that created their call's record, already settled, before the call's Begin (a call begun beside its work).",
+		}),
+		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpcancel_coordinator_starts_total",
+			Help: "Calls placed by Start, by mode: beside (executed while the record is written) or begin_first (a worker or tool that needs the record first).",
+		}, []string{"mode"}),
 	}
 	m.addOps()
 	workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -64,7 +74,7 @@ func newMetrics(s *Server) *metrics {
 		defer s.view.mu.Unlock()
 		return float64(len(s.view.owners))
 	})
-	m.reg.MustRegister(m.decisions, m.tasksCreated, m.cancels, m.streamCompletes, workers, running,
+	m.reg.MustRegister(m.decisions, m.tasksCreated, m.cancels, m.streamCompletes, m.createdSettled, m.starts, workers, running,
 		m.stopLatency, m.commitDuration, m.janitorLeader, m.janitorErrors, m.overdue, newToolWorkers(s.view),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

@@ -61,6 +61,8 @@ type featuresDef struct {
 	// The fronted server's serverInfo and instructions.
 	ServerInfo   []byte `json:"server_info,omitempty"`
 	Instructions string `json:"instructions,omitempty"`
+	// The worker runs a call before its record is durable (Start).
+	RunsPlaced bool `json:"runs_placed,omitempty"`
 }
 
 var offerKinds = map[pb.OfferKind]string{
@@ -95,7 +97,7 @@ func featuresOf(f *pb.Features) *featuresDef {
 		return nil
 	}
 	return &featuresDef{Resources: f.GetResources(), Subscribe: f.GetSubscribe(), Prompts: f.GetPrompts(), Completions: f.GetCompletions(),
-		ServerInfo: f.GetServerInfoJson(), Instructions: f.GetInstructions()}
+		ServerInfo: f.GetServerInfoJson(), Instructions: f.GetInstructions(), RunsPlaced: f.GetRunsPlaced()}
 }
 
 func (f *featuresDef) proto() *pb.Features {
@@ -103,7 +105,7 @@ func (f *featuresDef) proto() *pb.Features {
 		return &pb.Features{}
 	}
 	return &pb.Features{Resources: f.Resources, Subscribe: f.Subscribe, Prompts: f.Prompts, Completions: f.Completions,
-		ServerInfoJson: f.ServerInfo, Instructions: f.Instructions}
+		ServerInfoJson: f.ServerInfo, Instructions: f.Instructions, RunsPlaced: f.RunsPlaced}
 }
 
 // validateOffers checks a worker's offers: known kinds, keys and

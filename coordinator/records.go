@@ -46,6 +46,9 @@ type callRecord struct {
 	// Set when the call runs an MCP task (see tasks.go).
 	Task    *taskInfo `json:"task,omitempty"`
 	TraceID string    `json:"trace_id,omitempty"`
+
+	// placed is the call's placement while it has no record (start.go).
+	placed *placement
 }
 
 // AuditRecord is one audited decision in its export form; the API's

@@ -107,6 +107,9 @@ func (s *Server) ownedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *
 	if ref.GetWorker() == "" {
 		return nil, nil, invalid("a call reference must name the call's worker")
 	}
+	if ref.GetFence() == 0 && len(ref.GetPlacement()) > 0 {
+		return s.placedCall(ctx, ref) // begun beside its work (start.go)
+	}
 	if c, ok := s.running.call(ref.GetCallId(), ref.GetFence()); ok && ref.GetWorker() == c.rec.Worker {
 		return c.rec, c.kv(s.keys), nil // settle's guard checks it is current
 	}

@@ -88,6 +88,14 @@ func (r *runningCalls) call(id string, fence int64) (*cachedCall, bool) {
 	return c, true
 }
 
+// byCallID returns the cached call with this id, whatever its fence.
+func (r *runningCalls) byCallID(id string) (*cachedCall, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.byID[id]
+	return c, ok
+}
+
 // kv is the version of the call key the decision's guard expects: a
 // running call's key has not changed since Begin wrote it at the fence.
 func (c *cachedCall) kv(k keys) *mvccpb.KeyValue {

@@ -1,5 +1,11 @@
 package coordinator
 
+import (
+	"context"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+)
+
 // Hooks for the external tests.
 
 // CacheStale puts a call that settled back into s's running-call cache, as
@@ -18,4 +24,20 @@ func (s *Server) CachedCalls() int {
 	s.running.mu.Lock()
 	defer s.running.mu.Unlock()
 	return len(s.running.byID)
+}
+
+// StartPaused runs Start for req, calling placed with the placement
+// before the Begin goes to etcd, as a Begin held up in the committer's
+// queue would be: what placed does (a decision through another replica)
+// happens first. It returns Start's last message.
+func (s *Server) StartPaused(ctx context.Context, req *pb.BeginRequest, placed func(*pb.BeginResponse)) (*pb.StartResponse, error) {
+	var last *pb.StartResponse
+	err := s.start(ctx, req, func(m *pb.StartResponse) error {
+		if p := m.GetPlaced(); p != nil {
+			placed(p)
+		}
+		last = m
+		return nil
+	})
+	return last, err
 }

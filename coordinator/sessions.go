@@ -263,7 +263,7 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for _, c := range calls {
-		guard, writes := s.decide(c.rec, c.kv, d, now, lease)
+		_, guard, writes := s.decide(c.rec, c.kv, d, now, lease)
 		cmps, ops = append(cmps, guard), append(ops, writes...)
 	}
 	octx, cancel := s.opCtx(ctx)

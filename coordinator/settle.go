@@ -100,7 +100,8 @@ var lostTo = map[string]settled{
 }
 
 // settle moves a running call to d.state in one transaction guarded by the
-// fence, writing the audit record in the same transaction. If another
+// fence, writing the audit record in the same transaction; a placed call
+// not yet recorded (kv nil) it creates already settled (createTxn). If another
 // decision got there first it reports which, and for a client's late
 // cancellation writes the one cancel_lost record. An owner's decision
 // found already made is its own retried one, and won.
@@ -123,9 +124,18 @@ func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 			}
 			return verdict{result: lostTo[rec.State], by: rec}, nil
 		}
-		cur, err := s.settleTxn(ctx, rec, kv, d)
+		var cur *mvccpb.KeyValue
+		var err error
+		if kv == nil { // placed, and not yet recorded (start.go)
+			cur, err = s.createTxn(ctx, rec, d)
+		} else {
+			cur, err = s.settleTxn(ctx, rec, kv, d)
+		}
 		if errors.Is(err, errTaskExpired) {
 			d.task.expired = true // its result has nowhere to go; the decision stands
+			continue
+		}
+		if errors.Is(err, errIndexMoved) {
 			continue
 		}
 		if err != nil || cur == nil {
@@ -143,7 +153,7 @@ func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 // says: the call's record and its audit record, on the retention lease,
 // and its owner key, deleted if the handler has returned, else a stop
 // order for the worker.
-func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now time.Time, lease clientv3.LeaseID) (clientv3.Cmp, []clientv3.Op) {
+func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now time.Time, lease clientv3.LeaseID) (*callRecord, clientv3.Cmp, []clientv3.Op) {
 	next := *rec
 	next.State, next.Initiator, next.Reason, next.SettledAt = d.state, d.initiator, d.reason, now
 	next.AuditKey = s.keys.audit(now, rec.CallID, "")
@@ -162,7 +172,7 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 	} else {
 		ops = append(ops, clientv3.OpDelete(s.keys.runningOf(rec)))
 	}
-	return clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), ops
+	return &next, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), ops
 }
 
 // settleTxn returns nil if the decision won, else the call as it is now.
@@ -171,7 +181,7 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	if err != nil {
 		return nil, err
 	}
-	guard, ops := s.decide(rec, kv, d, s.now(), lease)
+	_, guard, ops := s.decide(rec, kv, d, s.now(), lease)
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.commits.Txn(ctx).If(guard).Then(ops...).Else( // with concurrent calls' decisions

@@ -39,6 +39,7 @@ type toolDef struct {
 	TaskSupport  string `json:"task_support,omitempty"`
 	DeferTask    bool   `json:"defer_task,omitempty"`
 	Meta         []byte `json:"meta,omitempty"`
+	DurableBegin bool   `json:"durable_begin,omitempty"`
 }
 
 func toolDefs(tools []*pb.Tool) []*toolDef {
@@ -48,7 +49,7 @@ func toolDefs(tools []*pb.Tool) []*toolDef {
 			Name: t.GetName(), Title: t.GetTitle(), Description: t.GetDescription(),
 			InputSchema: t.GetInputSchemaJson(), OutputSchema: t.GetOutputSchemaJson(),
 			Annotations: t.GetAnnotationsJson(), Idempotent: t.GetIdempotent(), TaskSupport: t.GetTaskSupport(), DeferTask: t.GetDeferTask(),
-			Meta: t.GetMetaJson(),
+			Meta: t.GetMetaJson(), DurableBegin: t.GetDurableBegin(),
 		})
 	}
 	return out
@@ -59,6 +60,7 @@ func (t *toolDef) proto() *pb.Tool {
 		Name: t.Name, Title: t.Title, Description: t.Description,
 		InputSchemaJson: t.InputSchema, OutputSchemaJson: t.OutputSchema, AnnotationsJson: t.Annotations,
 		Idempotent: t.Idempotent, TaskSupport: t.TaskSupport, DeferTask: t.DeferTask, MetaJson: t.Meta,
+		DurableBegin: t.DurableBegin,
 	}
 }
 

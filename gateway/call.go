@@ -38,6 +38,7 @@ type call struct {
 	span     trace.Span      // the request's span, nil when not traced (trace.go)
 
 	gate gate // what may go out to the client (gate.go)
+	hold hold // what waits for the call's record (beside.go)
 
 	mu       sync.Mutex
 	begun    *pb.BeginResponse // nil until placed, and while placed again
@@ -94,7 +95,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 
 func (c *call) run(p *routed) {
 	beginID := randid.New(16)
-	begun, err := c.begin(p, beginID)
+	begun, st, err := c.begin(p, beginID)
 	if err != nil {
 		c.beginFailed(err, p, beginID)
 		return
@@ -106,7 +107,17 @@ func (c *call) run(p *routed) {
 	c.begun = begun
 	c.timeout = timeout
 	c.mu.Unlock()
-	if pending := c.gate.begin(); pending != nil && c.sendCancel(pending) {
+	var recorded chan struct{}
+	if st != nil {
+		// Executed while its record is written: shown once it is.
+		c.hold.shutUntilRelease()
+		recorded = make(chan struct{})
+		go func() {
+			defer close(recorded)
+			c.awaitRecord(st, begun)
+		}()
+		defer func() { <-recorded }()
+	} else if pending := c.gate.begin(); pending != nil && c.sendCancel(pending) {
 		return
 	}
 	timer := time.AfterFunc(time.Until(begun.GetDeadline().AsTime()), func() {
@@ -118,6 +129,9 @@ func (c *call) run(p *routed) {
 		if lost == "" {
 			return
 		}
+		if recorded != nil {
+			<-recorded // the lost call's record first: a retry replaces it
+		}
 		next := c.retry(p, begun)
 		if next == nil {
 			c.respond(c.failure("%s", lost))
@@ -128,19 +142,6 @@ func (c *call) run(p *routed) {
 		}
 		begun = next
 	}
-}
-
-// begin asks the coordinator to place the call. Its context ends with
-// the answer, so that nothing of it stays with a call that runs for long.
-func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, error) {
-	g := c.s.g
-	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
-	defer cancel()
-	return g.coord.Begin(ctx, &pb.BeginRequest{
-		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
-		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
-		BeginId: beginID,
-	})
 }
 
 // retry places a call that failed because its worker was lost once more,
@@ -288,7 +289,7 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 	heard, endWatch := c.watchQuiet(begun, stop)
 	defer endWatch()
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
-		CallId: begun.GetCallId(), Fence: begun.GetFence(), Tool: p.target, ArgumentsJson: p.arguments,
+		CallId: begun.GetCallId(), Fence: begun.GetFence(), Placement: begun.GetPlacement(), Tool: p.target, ArgumentsJson: p.arguments,
 		Method: p.beginMethod(), ParamsJson: p.params,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
@@ -310,17 +311,28 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 			}
 			return c.lost(begun, err)
 		}
+		// Progress, logs and requests toward the client wait for the
+		// call's record (hold); its decision is durable in itself, and
+		// lets out first what was held.
 		switch e := ev.GetEvent().(type) {
 		case *pb.ExecuteResponse_Progress:
-			c.progress(e.Progress)
+			c.hold.run(func() { c.progress(e.Progress) }, true)
+			continue
 		case *pb.ExecuteResponse_Log:
-			c.log(e.Log)
+			c.hold.run(func() { c.log(e.Log) }, true)
+			continue
 		case *pb.ExecuteResponse_ClientRequest:
-			c.askClient(wc, begun, e.ClientRequest)
+			c.hold.run(func() { c.askClient(wc, begun, e.ClientRequest) }, false)
+			continue
 		case *pb.ExecuteResponse_ClientRequestEnd:
-			c.clientRequestEnded(begun.GetCallId(), e.ClientRequestEnd)
+			c.hold.run(func() { c.clientRequestEnded(begun.GetCallId(), e.ClientRequestEnd) }, false)
+			continue
 		case *pb.ExecuteResponse_TaskStart:
-			c.startTask(wc, begun, p, e.TaskStart) // tasks_start.go
+			c.hold.run(func() { c.startTask(wc, begun, p, e.TaskStart) }, false) // tasks_start.go
+			continue
+		}
+		c.hold.release()
+		switch e := ev.GetEvent().(type) {
 		case *pb.ExecuteResponse_Result:
 			c.noteSubscription(e.Result)
 			c.answer(e.Result)
@@ -357,7 +369,7 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
-		Call:      &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker()},
+		Call:      callRef(begun),
 		Initiator: pb.Initiator_INITIATOR_WORKER_LOST, Reason: "execute stream lost: " + status.Convert(cause).Message(),
 	})
 	switch {

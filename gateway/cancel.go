@@ -22,9 +22,10 @@ type cancelParams struct {
 // same session, or one that has just ended here, so it still asks the
 // coordinator, in this scope only: a cancel that lost to completion is
 // audited once as cancel_lost, on every transport. Malformed ones are
-// ignored. The coordinator's RPC runs through async, so a transport's read
-// loop need not wait for it.
-func (s *session) clientCancelled(raw json.RawMessage, async func(func())) {
+// ignored. The coordinator's RPC runs through async (a held call's) or
+// lookup (one this gateway does not hold), so a transport's read loop need
+// not wait for it.
+func (s *session) clientCancelled(raw json.RawMessage, async, lookup func(func())) {
 	var p cancelParams
 	if err := json.Unmarshal(raw, &p); err != nil || p.RequestID == nil {
 		s.g.log.Debug("ignoring malformed cancellation", "scope", s.scope)
@@ -74,7 +75,7 @@ func (s *session) clientCancelled(raw json.RawMessage, async func(func())) {
 		s.g.metrics.cancel(cancelRateLimited)
 		return
 	}
-	async(func() { s.lookupCancel(id, reason) })
+	lookup(func() { s.lookupCancel(id, reason) })
 }
 
 // arrive records a request read from the client whose handling starts on
@@ -105,6 +106,7 @@ func (s *session) lookupCancel(id jsonrpc.ID, reason string) {
 	resp, err := s.g.coord.Cancel(ctx, &pb.CancelRequest{
 		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: s.scope, RequestId: requestID(id)}},
 		Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: reason, Principal: s.principal,
+		AwaitRecord: true, // another replica may have started it a moment ago
 	})
 	if err != nil {
 		s.g.log.Warn("cancel for a call this gateway does not hold failed", "scope", s.scope, "err", err)

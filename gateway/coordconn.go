@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -158,6 +159,71 @@ func (c *coordConn) redial(gen uint64, method string) {
 }
 
 // NewStream implements grpc.ClientConnInterface on the current connection.
+// A Start (the placement, then the record's Begin) is bounded as a Begin
+// is, message by message, and never sent twice.
 func (c *coordConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return c.conn.NewStream(ctx, desc, method, opts...)
+	if method != pb.CoordinatorService_Start_FullMethodName {
+		return c.conn.NewStream(ctx, desc, method, opts...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &boundedStream{c: c, gen: c.conn.Gen(), cancel: cancel, method: method}
+	s.t = time.AfterFunc(beginAttemptTimeout, s.expire)
+	cs, err := c.conn.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		s.t.Stop()
+		cancel()
+		return nil, s.fault(err)
+	}
+	s.ClientStream = cs
+	return s, nil
+}
+
+// boundedStream is a server stream whose every message must come within
+// beginAttemptTimeout of the one before (or of its start): one that does
+// not finds the link half-dead, as an unanswered Begin does.
+type boundedStream struct {
+	grpc.ClientStream
+	c      *coordConn
+	gen    uint64
+	method string
+	cancel context.CancelFunc
+	t      *time.Timer
+
+	mu      sync.Mutex
+	expired bool
+}
+
+func (s *boundedStream) expire() {
+	s.mu.Lock()
+	s.expired = true
+	s.mu.Unlock()
+	s.cancel()
+}
+
+// fault is what the caller gets of err: errUnanswered, after a redial,
+// when the stream went quiet past its bound.
+func (s *boundedStream) fault(err error) error {
+	s.mu.Lock()
+	expired := s.expired
+	s.mu.Unlock()
+	if err == nil || !expired {
+		return err
+	}
+	s.c.redial(s.gen, s.method)
+	return errUnanswered
+}
+
+func (s *boundedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.t.Stop()
+		s.cancel()
+		return s.fault(err)
+	}
+	if r, ok := m.(*pb.StartResponse); ok && (r.GetBegun() != nil || r.GetPlaced().GetFence() != 0) {
+		s.t.Stop() // Start's last message
+		return nil
+	}
+	s.t.Reset(beginAttemptTimeout)
+	return nil
 }

@@ -88,6 +88,7 @@ type Options struct {
 type Gateway struct {
 	opts   Options
 	coord  pb.CoordinatorServiceClient
+	starts starter               // whether calls start beside their Begin (beside.go)
 	health healthpb.HealthClient // the coordinators' (server.go)
 	log    *slog.Logger
 
@@ -110,6 +111,7 @@ type Gateway struct {
 
 	taskRuns sync.WaitGroup // the streams of tasks begun here (tasks.go)
 	refusals sync.WaitGroup // session requests refused for clients (asksession.go)
+	lookups  sync.WaitGroup // HTTP cancels of calls held elsewhere (cancel.go)
 	gone     sync.WaitGroup // CallersGone notices on their way to workers (callersgone.go)
 }
 
@@ -384,6 +386,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stop()
 	g.taskRuns.Wait() // their streams end with g.base; their tasks go on
 	g.refusals.Wait() // they end with g.base
+	g.lookups.Wait()  // each bounded by cancelTimeout
 	g.gone.Wait()     // each bounded by callersGoneTimeout
 	g.mu.Lock()
 	for addr, c := range g.workers {

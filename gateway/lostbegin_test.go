@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 )
@@ -20,18 +21,38 @@ import (
 // was lost, and the client was told the call could not start; the call
 // stayed RUNNING until its session closed, which then recorded it
 // CANCELLED: a response on the wire for a cancelled call. The gateway
-// now fails such a call before it answers.
+// now fails such a call before it answers. A call started beside its
+// Begin (Start) has two replies to lose: the placement, after which the
+// gateway abandons the Begin as it would a Begin's; and the word that
+// the record is written, after which it fails the call by its placement.
 func TestLostBeginReplyEndsFailed(t *testing.T) {
+	for _, lose := range []string{"begin", "placed", "begun"} {
+		t.Run(lose, func(t *testing.T) { lostBeginReply(t, lose) })
+	}
+}
+
+func lostBeginReply(t *testing.T, lose string) {
 	st := newStack(t, stackOptions{})
 	var dropped atomic.Bool
+	lost := status.Error(codes.Unavailable, "error reading from server: EOF") // committed, reply lost
 	conn, err := grpc.NewClient(st.coord.Addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoke(ctx, method, req, reply, cc, opts...)
-			if err == nil && strings.HasSuffix(method, "/Begin") && dropped.CompareAndSwap(false, true) {
-				return status.Error(codes.Unavailable, "error reading from server: EOF") // committed, reply lost
+			if err == nil && lose == "begin" && strings.HasSuffix(method, "/Begin") && dropped.CompareAndSwap(false, true) {
+				return lost
 			}
 			return err
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if lose == "begin" && strings.HasSuffix(method, "/Start") {
+				return nil, status.Error(codes.Unimplemented, "a coordinator without Start") // the gateway falls back to Begin
+			}
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || !strings.HasSuffix(method, "/Start") {
+				return cs, err
+			}
+			return &losingStream{ClientStream: cs, lose: lose, dropped: &dropped, err: lost}, nil
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +73,9 @@ func TestLostBeginReplyEndsFailed(t *testing.T) {
 	}
 	resp.Body.Close()
 	as := st.audits(t, "session:"+sid)["1"]
+	if lose == "placed" && len(as) == 0 {
+		return // the abandonment reached etcd before the Begin: never begun, nothing ran
+	}
 	if len(as) != 1 || as[0].Outcome != "failed" {
 		t.Fatalf("audit = %+v, want one failed record: the client was told the call could not start", as)
 	}
@@ -59,4 +83,24 @@ func TestLostBeginReplyEndsFailed(t *testing.T) {
 		resp, err := st.c.ListWorkers(t.Context(), nil)
 		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 0
 	})
+}
+
+// losingStream loses one reply of a Start: the placement, or the Begun
+// that follows it.
+type losingStream struct {
+	grpc.ClientStream
+	lose    string
+	dropped *atomic.Bool
+	err     error
+}
+
+func (s *losingStream) RecvMsg(m any) error {
+	if err := s.ClientStream.RecvMsg(m); err != nil {
+		return err
+	}
+	r := m.(*pb.StartResponse)
+	if (s.lose == "placed" && r.GetPlaced() != nil || s.lose == "begun" && r.GetBegun() != nil) && s.dropped.CompareAndSwap(false, true) {
+		return s.err
+	}
+	return nil
 }

@@ -65,6 +65,12 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	post(t, st.urls[0], sid, cancelMsg(100, "late"))                                             // lost to completion
 	post(t, st.urls[0], sid, cancelMsg(999, "nothing"))                                          // unknown
 	post(t, st.urls[0], sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}`) // invalid
+	// Cancels of calls the gateway does not hold are looked up after
+	// their POST is answered (one may wait for a record on its way).
+	waitFor(t, "the lookups to be answered", func() bool {
+		return metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "unknown") == 1 &&
+			metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "lost_to_completion") == 1
+	})
 	for _, tc := range []struct {
 		name   string
 		labels []string
@@ -166,11 +172,15 @@ func TestBogusCancelFlood(t *testing.T) {
 	for i := range flood {
 		post(t, st.urls[0], flooder, cancelMsg(10000+i, "bogus"))
 	}
+	var limited, unknown float64
+	waitFor(t, "every lookup to be answered", func() bool {
+		limited = metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "ignored_rate_limited")
+		unknown = metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "unknown")
+		return limited+unknown >= flood
+	})
 	if keys := st.callWrites(t, before, st.revision(t)); len(keys) > 0 {
 		t.Fatalf("the flood wrote to etcd: %v", keys)
 	}
-	limited := metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "ignored_rate_limited")
-	unknown := metric(t, g, "mcpcancel_gateway_cancellations_total", "result", "unknown")
 	if limited+unknown != flood || limited < flood/2 {
 		t.Fatalf("%v rate limited and %v looked up of %d", limited, unknown, flood)
 	}

@@ -97,7 +97,10 @@ func (s *session) handle(ctx context.Context, m *jsonrpc.Message, reply sink) {
 func (s *session) handleNotification(m *jsonrpc.Message) {
 	switch m.Method {
 	case "notifications/cancelled":
-		s.clientCancelled(m.Params, func(f func()) { f() })
+		// A held call's cancel is decided before the POST is answered; a
+		// lookup, which may wait for a record on its way (another
+		// replica's call), is not.
+		s.clientCancelled(m.Params, func(f func()) { f() }, func(f func()) { s.g.spawn(&s.g.lookups, f) })
 	case "notifications/initialized":
 		s.mu.Lock()
 		s.initialized = true

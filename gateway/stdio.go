@@ -122,7 +122,7 @@ func (g *Gateway) serveLine(ctx context.Context, s *session, out sink, line []by
 	case m.Kind == jsonrpc.KindNotification && m.Method == "notifications/cancelled":
 		// The gate flips here, in order with the lines around it; the
 		// coordinator hears of it off the read loop.
-		s.clientCancelled(m.Params, calls.Go)
+		s.clientCancelled(m.Params, calls.Go, calls.Go)
 	default:
 		s.handle(ctx, m, out)
 	}

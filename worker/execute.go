@@ -72,7 +72,7 @@ func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 	}
 	e := &execution{
 		w:             w.Worker,
-		ref:           &pb.CallRef{CallId: req.GetCallId(), Fence: req.GetFence(), Worker: w.opts.Name},
+		ref:           &pb.CallRef{CallId: req.GetCallId(), Fence: req.GetFence(), Worker: w.opts.Name, Placement: req.GetPlacement()},
 		stream:        stream,
 		cancel:        cancel,
 		wantsProgress: req.GetProgress(),
@@ -122,8 +122,8 @@ func (w *Worker) admit(req *pb.ExecuteRequest) (invoke, json.RawMessage, error) 
 	if b, err := hex.DecodeString(req.GetCallId()); err != nil || len(b) != 16 {
 		return nil, nil, status.Error(codes.InvalidArgument, "call id must be 32 hex digits")
 	}
-	if req.GetFence() <= 0 {
-		return nil, nil, status.Error(codes.InvalidArgument, "fence must be positive")
+	if req.GetFence() < 0 || req.GetFence() == 0 && len(req.GetPlacement()) == 0 {
+		return nil, nil, status.Error(codes.InvalidArgument, "fence must be positive, or 0 with a placement")
 	}
 	// A gateway that names the worker it was told to use must reach that
 	// worker: another one, at a reused address, may not run the call.

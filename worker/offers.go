@@ -291,6 +291,7 @@ func (f *offered) proto() ([]*pb.Offer, *pb.Features) {
 		Prompts:        len(f.prompts) > 0,
 		Completions:    f.complete != nil,
 		ServerInfoJson: f.server, Instructions: f.instruct,
+		RunsPlaced: true, // execute.go: fence 0 with a placement
 	}
 	return out, features
 }

@@ -69,6 +69,14 @@ type Tool struct {
 	// before anything of it reached the client may then be retried once,
 	// on another worker.
 	Idempotent bool
+	// DurableBegin keeps a call of the tool from starting before its
+	// record is durable: the gateway begins it first, then executes it,
+	// at one commit of latency. By default a call starts beside its
+	// Begin and nothing of it is shown before its record is durable, so
+	// a call whose worker and gateway both die within that window may
+	// have run with no record (DESIGN section 4). Set it for a tool whose
+	// operators need a record before any side effect.
+	DurableBegin bool
 	// TaskSupport is MCP's execution.taskSupport: "" or TaskForbidden
 	// (the tool never runs as a task), TaskOptional or TaskRequired. A
 	// call that runs as a task keeps running when its gateway's stream
@@ -243,7 +251,7 @@ func (w *Worker) toolListLocked() []*pb.Tool {
 			Name: r.tool.Name, Title: r.tool.Title, Description: r.tool.Description,
 			InputSchemaJson: r.tool.InputSchema, OutputSchemaJson: r.tool.OutputSchema,
 			AnnotationsJson: r.tool.Annotations, Idempotent: r.tool.Idempotent, TaskSupport: r.tool.TaskSupport,
-			DeferTask: r.tool.DeferTask, MetaJson: r.tool.Meta,
+			DeferTask: r.tool.DeferTask, MetaJson: r.tool.Meta, DurableBegin: r.tool.DurableBegin,
 		})
 	}
 	return out

@@ -42,6 +42,11 @@ type ToolConfig struct {
 	// server's own idempotentHint annotation is a hint and is not trusted
 	// for this.
 	Idempotent bool `json:"idempotent,omitempty"`
+	// DurableBegin keeps a call of the tool from reaching the server
+	// before its record is durable (worker.Tool.DurableBegin): for a tool
+	// whose operators need a record before any side effect, at one
+	// commit of latency.
+	DurableBegin bool `json:"durable_begin,omitempty"`
 }
 
 // Duration is a time.Duration written as a string such as "30s".

@@ -37,7 +37,8 @@ func (a *Adapter) registerTools(ctx context.Context, s *mcp.ClientSession) error
 			continue
 		}
 		seen[t.Name] = true
-		wt.Idempotent = a.opts.Config.Tool(t.Name).Idempotent
+		tc := a.opts.Config.Tool(t.Name)
+		wt.Idempotent, wt.DurableBegin = tc.Idempotent, tc.DurableBegin
 		wt.TaskSupport = a.taskSupport.get(t.Name)
 		tools = append(tools, wt)
 	}

@@ -170,7 +170,7 @@ type BeginRequest struct {
 	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
 	// Names this Begin: 32 lowercase hex digits, chosen at random by its
 	// caller, who may then settle it with AbandonBegin if the reply is lost.
-	// Optional; a Begin without it cannot be abandoned.
+	// Optional; a Begin without it cannot be abandoned. Start requires it.
 	BeginId       string `protobuf:"bytes,11,opt,name=begin_id,json=beginId,proto3" json:"begin_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -276,7 +276,12 @@ type BeginResponse struct {
 	// The worker vouches that its tool is idempotent (Tool.idempotent): if
 	// the worker is lost before anything of the call reached the client, the
 	// gateway may Begin it once more with retry_of.
-	Idempotent    bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	Idempotent bool `protobuf:"varint,7,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// Set (by Start) while the call's record may not be durable yet (fence
+	// 0): the call as placed, opaque to everyone but coordinators. A call
+	// reference carries it (CallRef.placement) so that a decision made
+	// before the record is durable can create it, already settled.
+	Placement     []byte `protobuf:"bytes,8,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +365,200 @@ func (x *BeginResponse) GetIdempotent() bool {
 	return false
 }
 
+func (x *BeginResponse) GetPlacement() []byte {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+type StartRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call to place; begin_id is required, retry_of is not allowed (a
+	// retry is placed with Begin).
+	Begin         *BeginRequest `protobuf:"bytes,1,opt,name=begin,proto3" json:"begin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRequest) Reset() {
+	*x = StartRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRequest) ProtoMessage() {}
+
+func (x *StartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
+func (*StartRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StartRequest) GetBegin() *BeginRequest {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+type StartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*StartResponse_Placed
+	//	*StartResponse_Begun
+	Event         isStartResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartResponse) Reset() {
+	*x = StartResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartResponse) ProtoMessage() {}
+
+func (x *StartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
+func (*StartResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StartResponse) GetEvent() isStartResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *StartResponse) GetPlaced() *BeginResponse {
+	if x != nil {
+		if x, ok := x.Event.(*StartResponse_Placed); ok {
+			return x.Placed
+		}
+	}
+	return nil
+}
+
+func (x *StartResponse) GetBegun() *Begun {
+	if x != nil {
+		if x, ok := x.Event.(*StartResponse_Begun); ok {
+			return x.Begun
+		}
+	}
+	return nil
+}
+
+type isStartResponse_Event interface {
+	isStartResponse_Event()
+}
+
+type StartResponse_Placed struct {
+	// Where the call runs. With fence 0 the record is being written; the
+	// gateway may send Execute at once and shows nothing of the call
+	// before a Begun message or the call's decision.
+	Placed *BeginResponse `protobuf:"bytes,1,opt,name=placed,proto3,oneof"`
+}
+
+type StartResponse_Begun struct {
+	// The record is durable.
+	Begun *Begun `protobuf:"bytes,2,opt,name=begun,proto3,oneof"`
+}
+
+func (*StartResponse_Placed) isStartResponse_Event() {}
+
+func (*StartResponse_Begun) isStartResponse_Event() {}
+
+type Begun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call key's create revision.
+	Fence int64 `protobuf:"varint,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	// A decision created the record before the Begin came (the call was
+	// already settled); the Begin wrote nothing.
+	Settled       bool `protobuf:"varint,2,opt,name=settled,proto3" json:"settled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Begun) Reset() {
+	*x = Begun{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Begun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Begun) ProtoMessage() {}
+
+func (x *Begun) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Begun.ProtoReflect.Descriptor instead.
+func (*Begun) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Begun) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *Begun) GetSettled() bool {
+	if x != nil {
+		return x.Settled
+	}
+	return false
+}
+
 type CancelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Target:
@@ -374,6 +573,11 @@ type CancelRequest struct {
 	Principal string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
 	// When the handler really returned, if it already has (workers only).
 	StoppedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	// The caller does not hold the call it names by key, which another
+	// gateway may have started beside its work a moment ago: a client's
+	// cancel that finds no record waits for one (a watch, never a write,
+	// bounded by the time a Begin may take) before it answers UNKNOWN.
+	AwaitRecord bool `protobuf:"varint,7,opt,name=await_record,json=awaitRecord,proto3" json:"await_record,omitempty"`
 	// The requests the call sent toward its client, for its audit record.
 	ChildRequests []*ChildRequest `protobuf:"bytes,20,rep,name=child_requests,json=childRequests,proto3" json:"child_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -382,7 +586,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +598,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +611,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{2}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CancelRequest) GetTarget() isCancelRequest_Target {
@@ -463,6 +667,13 @@ func (x *CancelRequest) GetStoppedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *CancelRequest) GetAwaitRecord() bool {
+	if x != nil {
+		return x.AwaitRecord
+	}
+	return false
+}
+
 func (x *CancelRequest) GetChildRequests() []*ChildRequest {
 	if x != nil {
 		return x.ChildRequests
@@ -493,16 +704,24 @@ func (*CancelRequest_Call) isCancelRequest_Target() {}
 type CallRef struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Fence  int64                  `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The call key's create revision; 0 with a placement, when the call was
+	// started beside its Begin and its fence is not known.
+	Fence int64 `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
 	// The worker that owns the call (checked).
-	Worker        string `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker string `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	// The call as Start placed it (BeginResponse.placement), when fence is
+	// 0. A decision that finds no record creates it, already settled, under
+	// the Begin's guards (the worker key's create revision for the worker's
+	// own decisions, the Begin not abandoned, the session not closed, the
+	// request id free).
+	Placement     []byte `protobuf:"bytes,4,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallRef) Reset() {
 	*x = CallRef{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +733,7 @@ func (x *CallRef) String() string {
 func (*CallRef) ProtoMessage() {}
 
 func (x *CallRef) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +746,7 @@ func (x *CallRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRef.ProtoReflect.Descriptor instead.
 func (*CallRef) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{3}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CallRef) GetCallId() string {
@@ -551,6 +770,13 @@ func (x *CallRef) GetWorker() string {
 	return ""
 }
 
+func (x *CallRef) GetPlacement() []byte {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
 type CancelResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Result CancelResult           `protobuf:"varint,1,opt,name=result,proto3,enum=mcpcancel.v1.CancelResult" json:"result,omitempty"`
@@ -565,7 +791,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +803,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +816,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{4}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelResponse) GetResult() CancelResult {
@@ -640,7 +866,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +878,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +891,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CompleteRequest) GetCall() *CallRef {
@@ -717,7 +943,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +955,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +968,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CompleteResponse) GetResult() SettleResult {
@@ -781,7 +1007,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1019,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1032,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{7}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FailRequest) GetCall() *CallRef {
@@ -857,7 +1083,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1095,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1108,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FailResponse) GetResult() SettleResult {
@@ -920,7 +1146,7 @@ type AbandonBeginRequest struct {
 
 func (x *AbandonBeginRequest) Reset() {
 	*x = AbandonBeginRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1158,7 @@ func (x *AbandonBeginRequest) String() string {
 func (*AbandonBeginRequest) ProtoMessage() {}
 
 func (x *AbandonBeginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1171,7 @@ func (x *AbandonBeginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonBeginRequest.ProtoReflect.Descriptor instead.
 func (*AbandonBeginRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AbandonBeginRequest) GetKey() *CallKey {
@@ -992,7 +1218,7 @@ type AbandonBeginResponse struct {
 
 func (x *AbandonBeginResponse) Reset() {
 	*x = AbandonBeginResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1230,7 @@ func (x *AbandonBeginResponse) String() string {
 func (*AbandonBeginResponse) ProtoMessage() {}
 
 func (x *AbandonBeginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1243,7 @@ func (x *AbandonBeginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonBeginResponse.ProtoReflect.Descriptor instead.
 func (*AbandonBeginResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AbandonBeginResponse) GetBegun() bool {
@@ -1074,7 +1300,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1312,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1325,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AttachRequest) GetMsg() isAttachRequest_Msg {
@@ -1264,7 +1490,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1502,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1515,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerHello) GetName() string {
@@ -1351,7 +1577,7 @@ type HandlerStopped struct {
 
 func (x *HandlerStopped) Reset() {
 	*x = HandlerStopped{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1589,7 @@ func (x *HandlerStopped) String() string {
 func (*HandlerStopped) ProtoMessage() {}
 
 func (x *HandlerStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1602,7 @@ func (x *HandlerStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandlerStopped.ProtoReflect.Descriptor instead.
 func (*HandlerStopped) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandlerStopped) GetCallId() string {
@@ -1412,7 +1638,7 @@ type CompleteCall struct {
 
 func (x *CompleteCall) Reset() {
 	*x = CompleteCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1650,7 @@ func (x *CompleteCall) String() string {
 func (*CompleteCall) ProtoMessage() {}
 
 func (x *CompleteCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1663,7 @@ func (x *CompleteCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCall.ProtoReflect.Descriptor instead.
 func (*CompleteCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CompleteCall) GetSeq() uint64 {
@@ -1476,7 +1702,7 @@ type CompleteReply struct {
 
 func (x *CompleteReply) Reset() {
 	*x = CompleteReply{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1714,7 @@ func (x *CompleteReply) String() string {
 func (*CompleteReply) ProtoMessage() {}
 
 func (x *CompleteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[15]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1727,7 @@ func (x *CompleteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteReply.ProtoReflect.Descriptor instead.
 func (*CompleteReply) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CompleteReply) GetSeq() uint64 {
@@ -1540,7 +1766,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1778,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[16]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1791,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 type Detach struct {
@@ -1576,7 +1802,7 @@ type Detach struct {
 
 func (x *Detach) Reset() {
 	*x = Detach{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1814,7 @@ func (x *Detach) String() string {
 func (*Detach) ProtoMessage() {}
 
 func (x *Detach) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[17]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1827,7 @@ func (x *Detach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Detach.ProtoReflect.Descriptor instead.
 func (*Detach) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 type Heartbeat struct {
@@ -1612,7 +1838,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1850,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[18]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1863,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 // ToolsChanged is the worker's whole offer, after any of it changed.
@@ -1652,7 +1878,7 @@ type ToolsChanged struct {
 
 func (x *ToolsChanged) Reset() {
 	*x = ToolsChanged{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1890,7 @@ func (x *ToolsChanged) String() string {
 func (*ToolsChanged) ProtoMessage() {}
 
 func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[19]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1903,7 @@ func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsChanged.ProtoReflect.Descriptor instead.
 func (*ToolsChanged) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolsChanged) GetTools() []*Tool {
@@ -1717,7 +1943,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1955,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[20]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1968,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AttachResponse) GetMsg() isAttachResponse_Msg {
@@ -1860,7 +2086,7 @@ type SessionNotification struct {
 
 func (x *SessionNotification) Reset() {
 	*x = SessionNotification{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2098,7 @@ func (x *SessionNotification) String() string {
 func (*SessionNotification) ProtoMessage() {}
 
 func (x *SessionNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[21]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2111,7 @@ func (x *SessionNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionNotification.ProtoReflect.Descriptor instead.
 func (*SessionNotification) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionNotification) GetSession() string {
@@ -1927,7 +2153,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2165,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2178,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionEnded) GetSession() string {
@@ -1982,7 +2208,7 @@ type Attached struct {
 
 func (x *Attached) Reset() {
 	*x = Attached{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2220,7 @@ func (x *Attached) String() string {
 func (*Attached) ProtoMessage() {}
 
 func (x *Attached) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2233,7 @@ func (x *Attached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attached.ProtoReflect.Descriptor instead.
 func (*Attached) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Attached) GetLeaseId() int64 {
@@ -2065,7 +2291,7 @@ type StopCall struct {
 
 func (x *StopCall) Reset() {
 	*x = StopCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2303,7 @@ func (x *StopCall) String() string {
 func (*StopCall) ProtoMessage() {}
 
 func (x *StopCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2316,7 @@ func (x *StopCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopCall.ProtoReflect.Descriptor instead.
 func (*StopCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StopCall) GetCallId() string {
@@ -2129,7 +2355,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2367,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2380,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 type ListWorkersResponse struct {
@@ -2166,7 +2392,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2404,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2417,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -2218,7 +2444,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2456,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2469,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerInfo) GetName() string {
@@ -2310,7 +2536,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2548,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2561,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 type ListToolsResponse struct {
@@ -2351,7 +2577,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2589,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2602,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -2413,7 +2639,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2651,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2664,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetCallRequest) GetTarget() isGetCallRequest_Target {
@@ -2491,7 +2717,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2729,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2742,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -2552,7 +2778,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2790,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2803,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2667,7 +2893,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2905,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2918,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -2719,7 +2945,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2957,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2970,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2763,7 +2989,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3001,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3014,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -2806,7 +3032,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3044,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3057,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 // WatchToolsResponse is the catalogue of live, undrained workers: tools,
@@ -2847,7 +3073,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3085,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3098,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -2909,7 +3135,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3147,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3160,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -2977,7 +3203,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3215,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3228,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -3037,7 +3263,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3275,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3288,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Session) GetSessionId() string {
@@ -3118,7 +3344,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3356,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3369,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -3168,7 +3394,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3406,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3419,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 type GetSessionRequest struct {
@@ -3205,7 +3431,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3443,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3456,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -3249,7 +3475,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3487,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3500,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -3295,7 +3521,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3533,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3546,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -3356,7 +3582,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3594,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3607,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -3408,7 +3634,7 @@ type WatchSessionNotificationsRequest struct {
 
 func (x *WatchSessionNotificationsRequest) Reset() {
 	*x = WatchSessionNotificationsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3646,7 @@ func (x *WatchSessionNotificationsRequest) String() string {
 func (*WatchSessionNotificationsRequest) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3659,7 @@ func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionNotificationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchSessionNotificationsRequest) GetGateway() string {
@@ -3458,7 +3684,7 @@ type WatchSessionNotificationsResponse struct {
 
 func (x *WatchSessionNotificationsResponse) Reset() {
 	*x = WatchSessionNotificationsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3696,7 @@ func (x *WatchSessionNotificationsResponse) String() string {
 func (*WatchSessionNotificationsResponse) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3709,7 @@ func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use WatchSessionNotificationsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchSessionNotificationsResponse) GetSessions() []string {
@@ -3528,7 +3754,7 @@ type SubscribeResourceRequest struct {
 
 func (x *SubscribeResourceRequest) Reset() {
 	*x = SubscribeResourceRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3766,7 @@ func (x *SubscribeResourceRequest) String() string {
 func (*SubscribeResourceRequest) ProtoMessage() {}
 
 func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3779,7 @@ func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SubscribeResourceRequest) GetSession() string {
@@ -3592,7 +3818,7 @@ type SubscribeResourceResponse struct {
 
 func (x *SubscribeResourceResponse) Reset() {
 	*x = SubscribeResourceResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +3830,7 @@ func (x *SubscribeResourceResponse) String() string {
 func (*SubscribeResourceResponse) ProtoMessage() {}
 
 func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +3843,7 @@ func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 // SetTaskInputRequest is a worker's change to what its task's call waits
@@ -3635,7 +3861,7 @@ type SetTaskInputRequest struct {
 
 func (x *SetTaskInputRequest) Reset() {
 	*x = SetTaskInputRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3873,7 @@ func (x *SetTaskInputRequest) String() string {
 func (*SetTaskInputRequest) ProtoMessage() {}
 
 func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3886,7 @@ func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputRequest.ProtoReflect.Descriptor instead.
 func (*SetTaskInputRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetTaskInputRequest) GetCall() *CallRef {
@@ -3692,7 +3918,7 @@ type SetTaskInputResponse struct {
 
 func (x *SetTaskInputResponse) Reset() {
 	*x = SetTaskInputResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3930,7 @@ func (x *SetTaskInputResponse) String() string {
 func (*SetTaskInputResponse) ProtoMessage() {}
 
 func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3943,7 @@ func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputResponse.ProtoReflect.Descriptor instead.
 func (*SetTaskInputResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
@@ -3734,7 +3960,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\bretry_of\x18\x06 \x01(\tR\aretryOf\x12\x16\n" +
 	"\x06method\x18\n" +
 	" \x01(\tR\x06method\x12\x19\n" +
-	"\bbegin_id\x18\v \x01(\tR\abeginId\"\x8a\x02\n" +
+	"\bbegin_id\x18\v \x01(\tR\abeginId\"\xa8\x02\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
@@ -3744,7 +3970,17 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1e\n" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
-	"idempotent\"\xdc\x02\n" +
+	"idempotent\x12\x1c\n" +
+	"\tplacement\x18\b \x01(\fR\tplacement\"@\n" +
+	"\fStartRequest\x120\n" +
+	"\x05begin\x18\x01 \x01(\v2\x1a.mcpcancel.v1.BeginRequestR\x05begin\"|\n" +
+	"\rStartResponse\x125\n" +
+	"\x06placed\x18\x01 \x01(\v2\x1b.mcpcancel.v1.BeginResponseH\x00R\x06placed\x12+\n" +
+	"\x05begun\x18\x02 \x01(\v2\x13.mcpcancel.v1.BegunH\x00R\x05begunB\a\n" +
+	"\x05event\"7\n" +
+	"\x05Begun\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\x03R\x05fence\x12\x18\n" +
+	"\asettled\x18\x02 \x01(\bR\asettled\"\xff\x02\n" +
 	"\rCancelRequest\x12)\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03key\x12+\n" +
 	"\x04call\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallRefH\x00R\x04call\x125\n" +
@@ -3752,13 +3988,15 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tprincipal\x18\x05 \x01(\tR\tprincipal\x129\n" +
 	"\n" +
-	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12A\n" +
+	"stopped_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\x12!\n" +
+	"\fawait_record\x18\a \x01(\bR\vawaitRecord\x12A\n" +
 	"\x0echild_requests\x18\x14 \x03(\v2\x1a.mcpcancel.v1.ChildRequestR\rchildRequestsB\b\n" +
-	"\x06target\"P\n" +
+	"\x06target\"n\n" +
 	"\aCallRef\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +
-	"\x06worker\x18\x03 \x01(\tR\x06worker\"\xc6\x01\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x1c\n" +
+	"\tplacement\x18\x04 \x01(\fR\tplacement\"\xc6\x01\n" +
 	"\x0eCancelResponse\x122\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1a.mcpcancel.v1.CancelResultR\x06result\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12B\n" +
@@ -3988,9 +4226,10 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xd4\x10\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x98\x11\n" +
 	"\x12CoordinatorService\x12@\n" +
-	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12C\n" +
+	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12B\n" +
+	"\x05Start\x12\x1a.mcpcancel.v1.StartRequest\x1a\x1b.mcpcancel.v1.StartResponse0\x01\x12C\n" +
 	"\x06Cancel\x12\x1b.mcpcancel.v1.CancelRequest\x1a\x1c.mcpcancel.v1.CancelResponse\x12I\n" +
 	"\bComplete\x12\x1d.mcpcancel.v1.CompleteRequest\x1a\x1e.mcpcancel.v1.CompleteResponse\x12=\n" +
 	"\x04Fail\x12\x19.mcpcancel.v1.FailRequest\x1a\x1a.mcpcancel.v1.FailResponse\x12U\n" +
@@ -4037,227 +4276,235 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
 	(*BeginRequest)(nil),                      // 2: mcpcancel.v1.BeginRequest
 	(*BeginResponse)(nil),                     // 3: mcpcancel.v1.BeginResponse
-	(*CancelRequest)(nil),                     // 4: mcpcancel.v1.CancelRequest
-	(*CallRef)(nil),                           // 5: mcpcancel.v1.CallRef
-	(*CancelResponse)(nil),                    // 6: mcpcancel.v1.CancelResponse
-	(*CompleteRequest)(nil),                   // 7: mcpcancel.v1.CompleteRequest
-	(*CompleteResponse)(nil),                  // 8: mcpcancel.v1.CompleteResponse
-	(*FailRequest)(nil),                       // 9: mcpcancel.v1.FailRequest
-	(*FailResponse)(nil),                      // 10: mcpcancel.v1.FailResponse
-	(*AbandonBeginRequest)(nil),               // 11: mcpcancel.v1.AbandonBeginRequest
-	(*AbandonBeginResponse)(nil),              // 12: mcpcancel.v1.AbandonBeginResponse
-	(*AttachRequest)(nil),                     // 13: mcpcancel.v1.AttachRequest
-	(*WorkerHello)(nil),                       // 14: mcpcancel.v1.WorkerHello
-	(*HandlerStopped)(nil),                    // 15: mcpcancel.v1.HandlerStopped
-	(*CompleteCall)(nil),                      // 16: mcpcancel.v1.CompleteCall
-	(*CompleteReply)(nil),                     // 17: mcpcancel.v1.CompleteReply
-	(*Drain)(nil),                             // 18: mcpcancel.v1.Drain
-	(*Detach)(nil),                            // 19: mcpcancel.v1.Detach
-	(*Heartbeat)(nil),                         // 20: mcpcancel.v1.Heartbeat
-	(*ToolsChanged)(nil),                      // 21: mcpcancel.v1.ToolsChanged
-	(*AttachResponse)(nil),                    // 22: mcpcancel.v1.AttachResponse
-	(*SessionNotification)(nil),               // 23: mcpcancel.v1.SessionNotification
-	(*SessionEnded)(nil),                      // 24: mcpcancel.v1.SessionEnded
-	(*Attached)(nil),                          // 25: mcpcancel.v1.Attached
-	(*StopCall)(nil),                          // 26: mcpcancel.v1.StopCall
-	(*ListWorkersRequest)(nil),                // 27: mcpcancel.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),               // 28: mcpcancel.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),                        // 29: mcpcancel.v1.WorkerInfo
-	(*ListToolsRequest)(nil),                  // 30: mcpcancel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),                 // 31: mcpcancel.v1.ListToolsResponse
-	(*GetCallRequest)(nil),                    // 32: mcpcancel.v1.GetCallRequest
-	(*GetCallResponse)(nil),                   // 33: mcpcancel.v1.GetCallResponse
-	(*ListAuditRequest)(nil),                  // 34: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),                 // 35: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),                 // 36: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),                // 37: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),                 // 38: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                // 39: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),                // 40: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),               // 41: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),                           // 42: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),                // 43: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),               // 44: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),                 // 45: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),                // 46: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),               // 47: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),              // 48: mcpcancel.v1.CloseSessionResponse
-	(*WatchSessionNotificationsRequest)(nil),  // 49: mcpcancel.v1.WatchSessionNotificationsRequest
-	(*WatchSessionNotificationsResponse)(nil), // 50: mcpcancel.v1.WatchSessionNotificationsResponse
-	(*SubscribeResourceRequest)(nil),          // 51: mcpcancel.v1.SubscribeResourceRequest
-	(*SubscribeResourceResponse)(nil),         // 52: mcpcancel.v1.SubscribeResourceResponse
-	(*SetTaskInputRequest)(nil),               // 53: mcpcancel.v1.SetTaskInputRequest
-	(*SetTaskInputResponse)(nil),              // 54: mcpcancel.v1.SetTaskInputResponse
-	nil,                                       // 55: mcpcancel.v1.CompleteCall.TraceContextEntry
-	(*CallKey)(nil),                           // 56: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),               // 57: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),             // 58: google.protobuf.Timestamp
-	(Initiator)(0),                            // 59: mcpcancel.v1.Initiator
-	(*ChildRequest)(nil),                      // 60: mcpcancel.v1.ChildRequest
-	(*Tool)(nil),                              // 61: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 62: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 63: mcpcancel.v1.Features
-	(CallState)(0),                            // 64: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 65: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 66: mcpcancel.v1.AuditRecord
-	(*TaskInput)(nil),                         // 67: mcpcancel.v1.TaskInput
-	(*CreateTaskRequest)(nil),                 // 68: mcpcancel.v1.CreateTaskRequest
-	(*GetTaskRequest)(nil),                    // 69: mcpcancel.v1.GetTaskRequest
-	(*WaitTaskRequest)(nil),                   // 70: mcpcancel.v1.WaitTaskRequest
-	(*ListTasksRequest)(nil),                  // 71: mcpcancel.v1.ListTasksRequest
-	(*CancelTaskRequest)(nil),                 // 72: mcpcancel.v1.CancelTaskRequest
-	(*WatchTaskRequest)(nil),                  // 73: mcpcancel.v1.WatchTaskRequest
-	(*UpdateTaskRequest)(nil),                 // 74: mcpcancel.v1.UpdateTaskRequest
-	(*CreateTaskResponse)(nil),                // 75: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 76: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 77: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 78: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 79: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 80: mcpcancel.v1.WatchTaskResponse
-	(*UpdateTaskResponse)(nil),                // 81: mcpcancel.v1.UpdateTaskResponse
+	(*StartRequest)(nil),                      // 4: mcpcancel.v1.StartRequest
+	(*StartResponse)(nil),                     // 5: mcpcancel.v1.StartResponse
+	(*Begun)(nil),                             // 6: mcpcancel.v1.Begun
+	(*CancelRequest)(nil),                     // 7: mcpcancel.v1.CancelRequest
+	(*CallRef)(nil),                           // 8: mcpcancel.v1.CallRef
+	(*CancelResponse)(nil),                    // 9: mcpcancel.v1.CancelResponse
+	(*CompleteRequest)(nil),                   // 10: mcpcancel.v1.CompleteRequest
+	(*CompleteResponse)(nil),                  // 11: mcpcancel.v1.CompleteResponse
+	(*FailRequest)(nil),                       // 12: mcpcancel.v1.FailRequest
+	(*FailResponse)(nil),                      // 13: mcpcancel.v1.FailResponse
+	(*AbandonBeginRequest)(nil),               // 14: mcpcancel.v1.AbandonBeginRequest
+	(*AbandonBeginResponse)(nil),              // 15: mcpcancel.v1.AbandonBeginResponse
+	(*AttachRequest)(nil),                     // 16: mcpcancel.v1.AttachRequest
+	(*WorkerHello)(nil),                       // 17: mcpcancel.v1.WorkerHello
+	(*HandlerStopped)(nil),                    // 18: mcpcancel.v1.HandlerStopped
+	(*CompleteCall)(nil),                      // 19: mcpcancel.v1.CompleteCall
+	(*CompleteReply)(nil),                     // 20: mcpcancel.v1.CompleteReply
+	(*Drain)(nil),                             // 21: mcpcancel.v1.Drain
+	(*Detach)(nil),                            // 22: mcpcancel.v1.Detach
+	(*Heartbeat)(nil),                         // 23: mcpcancel.v1.Heartbeat
+	(*ToolsChanged)(nil),                      // 24: mcpcancel.v1.ToolsChanged
+	(*AttachResponse)(nil),                    // 25: mcpcancel.v1.AttachResponse
+	(*SessionNotification)(nil),               // 26: mcpcancel.v1.SessionNotification
+	(*SessionEnded)(nil),                      // 27: mcpcancel.v1.SessionEnded
+	(*Attached)(nil),                          // 28: mcpcancel.v1.Attached
+	(*StopCall)(nil),                          // 29: mcpcancel.v1.StopCall
+	(*ListWorkersRequest)(nil),                // 30: mcpcancel.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),               // 31: mcpcancel.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),                        // 32: mcpcancel.v1.WorkerInfo
+	(*ListToolsRequest)(nil),                  // 33: mcpcancel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),                 // 34: mcpcancel.v1.ListToolsResponse
+	(*GetCallRequest)(nil),                    // 35: mcpcancel.v1.GetCallRequest
+	(*GetCallResponse)(nil),                   // 36: mcpcancel.v1.GetCallResponse
+	(*ListAuditRequest)(nil),                  // 37: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),                 // 38: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),                 // 39: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),                // 40: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),                 // 41: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                // 42: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),                // 43: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),               // 44: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),                           // 45: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),                // 46: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),               // 47: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),                 // 48: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),                // 49: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),               // 50: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),              // 51: mcpcancel.v1.CloseSessionResponse
+	(*WatchSessionNotificationsRequest)(nil),  // 52: mcpcancel.v1.WatchSessionNotificationsRequest
+	(*WatchSessionNotificationsResponse)(nil), // 53: mcpcancel.v1.WatchSessionNotificationsResponse
+	(*SubscribeResourceRequest)(nil),          // 54: mcpcancel.v1.SubscribeResourceRequest
+	(*SubscribeResourceResponse)(nil),         // 55: mcpcancel.v1.SubscribeResourceResponse
+	(*SetTaskInputRequest)(nil),               // 56: mcpcancel.v1.SetTaskInputRequest
+	(*SetTaskInputResponse)(nil),              // 57: mcpcancel.v1.SetTaskInputResponse
+	nil,                                       // 58: mcpcancel.v1.CompleteCall.TraceContextEntry
+	(*CallKey)(nil),                           // 59: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 60: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 61: google.protobuf.Timestamp
+	(Initiator)(0),                            // 62: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 63: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 64: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 65: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 66: mcpcancel.v1.Features
+	(CallState)(0),                            // 67: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 68: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 69: mcpcancel.v1.AuditRecord
+	(*TaskInput)(nil),                         // 70: mcpcancel.v1.TaskInput
+	(*CreateTaskRequest)(nil),                 // 71: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 72: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 73: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 74: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 75: mcpcancel.v1.CancelTaskRequest
+	(*WatchTaskRequest)(nil),                  // 76: mcpcancel.v1.WatchTaskRequest
+	(*UpdateTaskRequest)(nil),                 // 77: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 78: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 79: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 80: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 81: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 82: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 83: mcpcancel.v1.WatchTaskResponse
+	(*UpdateTaskResponse)(nil),                // 84: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	56,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	57,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	58,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	57,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
-	56,  // 4: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
-	5,   // 5: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	59,  // 6: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	58,  // 7: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	60,  // 8: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	0,   // 9: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	59,  // 10: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,   // 11: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	58,  // 12: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	60,  // 13: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	1,   // 14: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	59,  // 15: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	5,   // 16: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	59,  // 17: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	58,  // 18: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	60,  // 19: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
-	1,   // 20: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	59,  // 21: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	56,  // 22: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	59,  // 23: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	1,   // 24: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
-	59,  // 25: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	14,  // 26: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
-	15,  // 27: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
-	18,  // 28: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
-	19,  // 29: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	21,  // 30: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
-	20,  // 31: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	16,  // 32: mcpcancel.v1.AttachRequest.complete:type_name -> mcpcancel.v1.CompleteCall
-	23,  // 33: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	61,  // 34: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	62,  // 35: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	63,  // 36: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	58,  // 37: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	7,   // 38: mcpcancel.v1.CompleteCall.request:type_name -> mcpcancel.v1.CompleteRequest
-	55,  // 39: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
-	8,   // 40: mcpcancel.v1.CompleteReply.response:type_name -> mcpcancel.v1.CompleteResponse
-	61,  // 41: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	62,  // 42: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	63,  // 43: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
-	25,  // 44: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	26,  // 45: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	20,  // 46: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	17,  // 47: mcpcancel.v1.AttachResponse.completed:type_name -> mcpcancel.v1.CompleteReply
-	24,  // 48: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	57,  // 49: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	57,  // 50: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	64,  // 51: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	59,  // 52: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	29,  // 53: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	61,  // 54: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	62,  // 55: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	63,  // 56: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	61,  // 57: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	62,  // 58: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	63,  // 59: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	56,  // 60: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	65,  // 61: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	58,  // 62: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	59,  // 63: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	58,  // 64: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	66,  // 65: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	58,  // 66: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	66,  // 67: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	61,  // 68: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	62,  // 69: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	63,  // 70: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	59,  // 71: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	58,  // 72: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	42,  // 73: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	57,  // 74: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	42,  // 75: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	5,   // 76: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
-	67,  // 77: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
-	2,   // 78: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,   // 79: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	7,   // 80: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	9,   // 81: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	11,  // 82: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
-	13,  // 83: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	27,  // 84: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	30,  // 85: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	32,  // 86: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	34,  // 87: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	36,  // 88: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	38,  // 89: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	40,  // 90: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	43,  // 91: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	45,  // 92: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	47,  // 93: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	49,  // 94: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	51,  // 95: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	68,  // 96: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	69,  // 97: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	70,  // 98: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	71,  // 99: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	72,  // 100: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	73,  // 101: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
-	53,  // 102: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
-	74,  // 103: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
-	3,   // 104: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	6,   // 105: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	8,   // 106: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	10,  // 107: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	12,  // 108: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
-	22,  // 109: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	28,  // 110: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	31,  // 111: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	33,  // 112: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	35,  // 113: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	37,  // 114: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	39,  // 115: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	41,  // 116: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	44,  // 117: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	46,  // 118: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	48,  // 119: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	50,  // 120: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	52,  // 121: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	75,  // 122: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	76,  // 123: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	77,  // 124: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	78,  // 125: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	79,  // 126: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	80,  // 127: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	54,  // 128: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
-	81,  // 129: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
-	104, // [104:130] is the sub-list for method output_type
-	78,  // [78:104] is the sub-list for method input_type
-	78,  // [78:78] is the sub-list for extension type_name
-	78,  // [78:78] is the sub-list for extension extendee
-	0,   // [0:78] is the sub-list for field type_name
+	59,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	60,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	61,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	60,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	2,   // 4: mcpcancel.v1.StartRequest.begin:type_name -> mcpcancel.v1.BeginRequest
+	3,   // 5: mcpcancel.v1.StartResponse.placed:type_name -> mcpcancel.v1.BeginResponse
+	6,   // 6: mcpcancel.v1.StartResponse.begun:type_name -> mcpcancel.v1.Begun
+	59,  // 7: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	8,   // 8: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
+	62,  // 9: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	61,  // 10: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	63,  // 11: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	0,   // 12: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
+	62,  // 13: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	8,   // 14: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
+	61,  // 15: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	63,  // 16: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,   // 17: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
+	62,  // 18: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	8,   // 19: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
+	62,  // 20: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	61,  // 21: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	63,  // 22: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	1,   // 23: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
+	62,  // 24: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	59,  // 25: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	62,  // 26: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	1,   // 27: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
+	62,  // 28: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	17,  // 29: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
+	18,  // 30: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
+	21,  // 31: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
+	22,  // 32: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
+	24,  // 33: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	23,  // 34: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	19,  // 35: mcpcancel.v1.AttachRequest.complete:type_name -> mcpcancel.v1.CompleteCall
+	26,  // 36: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
+	64,  // 37: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	65,  // 38: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	66,  // 39: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	61,  // 40: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	10,  // 41: mcpcancel.v1.CompleteCall.request:type_name -> mcpcancel.v1.CompleteRequest
+	58,  // 42: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
+	11,  // 43: mcpcancel.v1.CompleteReply.response:type_name -> mcpcancel.v1.CompleteResponse
+	64,  // 44: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	65,  // 45: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	66,  // 46: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	28,  // 47: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	29,  // 48: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	23,  // 49: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	20,  // 50: mcpcancel.v1.AttachResponse.completed:type_name -> mcpcancel.v1.CompleteReply
+	27,  // 51: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	60,  // 52: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	60,  // 53: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	67,  // 54: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	62,  // 55: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	32,  // 56: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	64,  // 57: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	65,  // 58: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	66,  // 59: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	64,  // 60: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	65,  // 61: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	66,  // 62: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	59,  // 63: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	68,  // 64: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	61,  // 65: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	62,  // 66: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	61,  // 67: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	69,  // 68: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	61,  // 69: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	69,  // 70: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	64,  // 71: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	65,  // 72: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	66,  // 73: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	62,  // 74: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	61,  // 75: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	45,  // 76: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	60,  // 77: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	45,  // 78: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	8,   // 79: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
+	70,  // 80: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
+	2,   // 81: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,   // 82: mcpcancel.v1.CoordinatorService.Start:input_type -> mcpcancel.v1.StartRequest
+	7,   // 83: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	10,  // 84: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	12,  // 85: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	14,  // 86: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
+	16,  // 87: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	30,  // 88: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	33,  // 89: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	35,  // 90: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	37,  // 91: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	39,  // 92: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	41,  // 93: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	43,  // 94: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	46,  // 95: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	48,  // 96: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	50,  // 97: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	52,  // 98: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	54,  // 99: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	71,  // 100: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	72,  // 101: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	73,  // 102: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	74,  // 103: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	75,  // 104: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	76,  // 105: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	56,  // 106: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
+	77,  // 107: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,   // 108: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	5,   // 109: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
+	9,   // 110: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	11,  // 111: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	13,  // 112: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	15,  // 113: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
+	25,  // 114: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	31,  // 115: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	34,  // 116: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	36,  // 117: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	38,  // 118: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	40,  // 119: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	42,  // 120: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	44,  // 121: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	47,  // 122: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	49,  // 123: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	51,  // 124: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	53,  // 125: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	55,  // 126: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	78,  // 127: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	79,  // 128: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	80,  // 129: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	81,  // 130: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	82,  // 131: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	83,  // 132: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	57,  // 133: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	84,  // 134: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	108, // [108:135] is the sub-list for method output_type
+	81,  // [81:108] is the sub-list for method input_type
+	81,  // [81:81] is the sub-list for extension type_name
+	81,  // [81:81] is the sub-list for extension extendee
+	0,   // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -4268,11 +4515,15 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 	file_mcpcancel_v1_listen_proto_init()
 	file_mcpcancel_v1_tasks_proto_init()
 	file_mcpcancel_v1_types_proto_init()
-	file_mcpcancel_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[3].OneofWrappers = []any{
+		(*StartResponse_Placed)(nil),
+		(*StartResponse_Begun)(nil),
+	}
+	file_mcpcancel_v1_coordinator_proto_msgTypes[5].OneofWrappers = []any{
 		(*CancelRequest_Key)(nil),
 		(*CancelRequest_Call)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[11].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[14].OneofWrappers = []any{
 		(*AttachRequest_Hello)(nil),
 		(*AttachRequest_Stopped)(nil),
 		(*AttachRequest_Drain)(nil),
@@ -4282,14 +4533,14 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*AttachRequest_Complete)(nil),
 		(*AttachRequest_Notification)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[20].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[23].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
 		(*AttachResponse_Heartbeat)(nil),
 		(*AttachResponse_Completed)(nil),
 		(*AttachResponse_SessionEnded)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[30].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[33].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_Key)(nil),
 	}
@@ -4299,7 +4550,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	CoordinatorService_Begin_FullMethodName                     = "/mcpcancel.v1.CoordinatorService/Begin"
+	CoordinatorService_Start_FullMethodName                     = "/mcpcancel.v1.CoordinatorService/Start"
 	CoordinatorService_Cancel_FullMethodName                    = "/mcpcancel.v1.CoordinatorService/Cancel"
 	CoordinatorService_Complete_FullMethodName                  = "/mcpcancel.v1.CoordinatorService/Complete"
 	CoordinatorService_Fail_FullMethodName                      = "/mcpcancel.v1.CoordinatorService/Fail"
@@ -58,6 +59,13 @@ type CoordinatorServiceClient interface {
 	// Begin picks a live worker offering the call's target (a tool, a
 	// resource, a prompt) and records the call.
 	Begin(ctx context.Context, in *BeginRequest, opts ...grpc.CallOption) (*BeginResponse, error)
+	// Start places a call and records it beside its work (DESIGN section
+	// 4): the first message names the worker, at once when the worker takes
+	// a call whose record is not yet durable (BeginResponse.fence 0), the
+	// second says the record is durable. For a worker that does not, or a
+	// tool marked durable_begin, the first message comes after the record
+	// is durable (fence set) and is the only one.
+	Start(ctx context.Context, in *StartRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartResponse], error)
 	// Cancel tries to cancel a call. It never fails because the call already
 	// settled: the result says what happened instead.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
@@ -151,6 +159,25 @@ func (c *coordinatorServiceClient) Begin(ctx context.Context, in *BeginRequest, 
 	return out, nil
 }
 
+func (c *coordinatorServiceClient) Start(ctx context.Context, in *StartRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StartResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[0], CoordinatorService_Start_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StartRequest, StartResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_StartClient = grpc.ServerStreamingClient[StartResponse]
+
 func (c *coordinatorServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelResponse)
@@ -193,7 +220,7 @@ func (c *coordinatorServiceClient) AbandonBegin(ctx context.Context, in *Abandon
 
 func (c *coordinatorServiceClient) Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachRequest, AttachResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[0], CoordinatorService_Attach_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[1], CoordinatorService_Attach_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +273,7 @@ func (c *coordinatorServiceClient) ListAudit(ctx context.Context, in *ListAuditR
 
 func (c *coordinatorServiceClient) WatchAudit(ctx context.Context, in *WatchAuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAuditResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[1], CoordinatorService_WatchAudit_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[2], CoordinatorService_WatchAudit_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +292,7 @@ type CoordinatorService_WatchAuditClient = grpc.ServerStreamingClient[WatchAudit
 
 func (c *coordinatorServiceClient) WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[2], CoordinatorService_WatchTools_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[3], CoordinatorService_WatchTools_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +351,7 @@ func (c *coordinatorServiceClient) CloseSession(ctx context.Context, in *CloseSe
 
 func (c *coordinatorServiceClient) WatchSessionNotifications(ctx context.Context, in *WatchSessionNotificationsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionNotificationsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[3], CoordinatorService_WatchSessionNotifications_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[4], CoordinatorService_WatchSessionNotifications_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +430,7 @@ func (c *coordinatorServiceClient) CancelTask(ctx context.Context, in *CancelTas
 
 func (c *coordinatorServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTaskResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[4], CoordinatorService_WatchTask_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &CoordinatorService_ServiceDesc.Streams[5], CoordinatorService_WatchTask_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -451,6 +478,13 @@ type CoordinatorServiceServer interface {
 	// Begin picks a live worker offering the call's target (a tool, a
 	// resource, a prompt) and records the call.
 	Begin(context.Context, *BeginRequest) (*BeginResponse, error)
+	// Start places a call and records it beside its work (DESIGN section
+	// 4): the first message names the worker, at once when the worker takes
+	// a call whose record is not yet durable (BeginResponse.fence 0), the
+	// second says the record is durable. For a worker that does not, or a
+	// tool marked durable_begin, the first message comes after the record
+	// is durable (fence set) and is the only one.
+	Start(*StartRequest, grpc.ServerStreamingServer[StartResponse]) error
 	// Cancel tries to cancel a call. It never fails because the call already
 	// settled: the result says what happened instead.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
@@ -536,6 +570,9 @@ type UnimplementedCoordinatorServiceServer struct{}
 
 func (UnimplementedCoordinatorServiceServer) Begin(context.Context, *BeginRequest) (*BeginResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Begin not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) Start(*StartRequest, grpc.ServerStreamingServer[StartResponse]) error {
+	return status.Error(codes.Unimplemented, "method Start not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
@@ -650,6 +687,17 @@ func _CoordinatorService_Begin_Handler(srv interface{}, ctx context.Context, dec
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _CoordinatorService_Start_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StartRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CoordinatorServiceServer).Start(m, &grpc.GenericServerStream[StartRequest, StartResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type CoordinatorService_StartServer = grpc.ServerStreamingServer[StartResponse]
 
 func _CoordinatorService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelRequest)
@@ -1155,6 +1203,11 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Start",
+			Handler:       _CoordinatorService_Start_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "Attach",
 			Handler:       _CoordinatorService_Attach_Handler,

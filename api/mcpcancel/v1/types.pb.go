@@ -358,6 +358,10 @@ type Tool struct {
 	// The tool's _meta (MCP Apps' ui, say), as a JSON object; may be empty.
 	// Shown to clients as it is.
 	MetaJson []byte `protobuf:"bytes,8,opt,name=meta_json,json=metaJson,proto3" json:"meta_json,omitempty"`
+	// The operator needs a call's record durable before the tool starts
+	// (any side effect): its calls are begun first, then executed, at the
+	// cost of one commit of latency (DESIGN section 4).
+	DurableBegin bool `protobuf:"varint,9,opt,name=durable_begin,json=durableBegin,proto3" json:"durable_begin,omitempty"`
 	// Whether the tool runs as an MCP task (execution.taskSupport):
 	// "forbidden" (or empty), "optional" or "required".
 	TaskSupport string `protobuf:"bytes,30,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
@@ -454,6 +458,13 @@ func (x *Tool) GetMetaJson() []byte {
 		return x.MetaJson
 	}
 	return nil
+}
+
+func (x *Tool) GetDurableBegin() bool {
+	if x != nil {
+		return x.DurableBegin
+	}
+	return false
 }
 
 func (x *Tool) GetTaskSupport() string {
@@ -994,8 +1005,11 @@ type Features struct {
 	// that a gateway fronting one server shows its clients that server.
 	ServerInfoJson []byte `protobuf:"bytes,5,opt,name=server_info_json,json=serverInfoJson,proto3" json:"server_info_json,omitempty"`
 	Instructions   string `protobuf:"bytes,6,opt,name=instructions,proto3" json:"instructions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The worker runs a call whose record is not yet durable (Execute with
+	// fence 0 and a placement) and settles it by placement.
+	RunsPlaced    bool `protobuf:"varint,7,opt,name=runs_placed,json=runsPlaced,proto3" json:"runs_placed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Features) Reset() {
@@ -1070,6 +1084,13 @@ func (x *Features) GetInstructions() string {
 	return ""
 }
 
+func (x *Features) GetRunsPlaced() bool {
+	if x != nil {
+		return x.RunsPlaced
+	}
+	return false
+}
+
 var File_mcpcancel_v1_types_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_types_proto_rawDesc = "" +
@@ -1082,7 +1103,7 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\aCallKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x126\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xd6\x02\n" +
+	"request_id\x18\x02 \x01(\v2\x17.mcpcancel.v1.RequestIdR\trequestId\"\xfb\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
@@ -1093,7 +1114,8 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"idempotent\x18\a \x01(\bR\n" +
 	"idempotent\x12\x1b\n" +
-	"\tmeta_json\x18\b \x01(\fR\bmetaJson\x12!\n" +
+	"\tmeta_json\x18\b \x01(\fR\bmetaJson\x12#\n" +
+	"\rdurable_begin\x18\t \x01(\bR\fdurableBegin\x12!\n" +
 	"\ftask_support\x18\x1e \x01(\tR\vtaskSupport\x12\x1d\n" +
 	"\n" +
 	"defer_task\x18P \x01(\bR\tdeferTask\"\xd9\x04\n" +
@@ -1147,14 +1169,16 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x05Offer\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.mcpcancel.v1.OfferKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
-	"\x04json\x18\x03 \x01(\fR\x04json\"\xd0\x01\n" +
+	"\x04json\x18\x03 \x01(\fR\x04json\"\xf1\x01\n" +
 	"\bFeatures\x12\x1c\n" +
 	"\tresources\x18\x01 \x01(\bR\tresources\x12\x1c\n" +
 	"\tsubscribe\x18\x02 \x01(\bR\tsubscribe\x12\x18\n" +
 	"\aprompts\x18\x03 \x01(\bR\aprompts\x12 \n" +
 	"\vcompletions\x18\x04 \x01(\bR\vcompletions\x12(\n" +
 	"\x10server_info_json\x18\x05 \x01(\fR\x0eserverInfoJson\x12\"\n" +
-	"\finstructions\x18\x06 \x01(\tR\finstructions*\x8a\x01\n" +
+	"\finstructions\x18\x06 \x01(\tR\finstructions\x12\x1f\n" +
+	"\vruns_placed\x18\a \x01(\bR\n" +
+	"runsPlaced*\x8a\x01\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_RUNNING\x10\x01\x12\x18\n" +

@@ -76,8 +76,13 @@ func (ClientRequestOutcome) EnumDescriptor() ([]byte, []int) {
 type ExecuteRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Fence  int64                  `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
-	Tool   string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The call key's create revision; 0 when the call was started beside
+	// its Begin (placement then set): the worker runs it and settles it by
+	// placement, which creates the record if the Begin has not.
+	Fence int64 `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	// BeginResponse.placement, when fence is 0.
+	Placement []byte `protobuf:"bytes,12,opt,name=placement,proto3" json:"placement,omitempty"`
+	Tool      string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	// The tool's arguments, a JSON object.
 	ArgumentsJson []byte                 `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
@@ -165,6 +170,13 @@ func (x *ExecuteRequest) GetFence() int64 {
 		return x.Fence
 	}
 	return 0
+}
+
+func (x *ExecuteRequest) GetPlacement() []byte {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
 }
 
 func (x *ExecuteRequest) GetTool() string {
@@ -1278,10 +1290,11 @@ var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\x8e\x05\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xac\x05\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
-	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x12\n" +
+	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x1c\n" +
+	"\tplacement\x18\f \x01(\fR\tplacement\x12\x12\n" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x12%\n" +
 	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +

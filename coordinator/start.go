@@ -1,0 +1,341 @@
+package coordinator
+
+// Start: a call begun beside its work (DESIGN section 4). The gateway
+// learns where the call runs before its record is durable and sends
+// Execute at once; the Begin goes through the group committer at the same
+// moment. Nothing of the call is shown before its record is durable: the
+// gateway holds progress until Start's Begun message or the call's
+// decision, and a decision that comes before the Begin creates the record
+// itself, already settled, under the Begin's guards (createTxn). The Begin
+// then finds the record and writes nothing.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
+)
+
+// placement is a call as Start placed it, before its record is durable.
+// Coordinators encode it (BeginResponse.placement); gateways and workers
+// carry it back in their call references (CallRef.placement), so that any
+// replica can create the record a decision needs.
+type placement struct {
+	Call      *callRecord `json:"call"`       // as begun
+	Index     string      `json:"index"`      // its index key
+	WorkerRev int64       `json:"worker_rev"` // the worker key's create revision it was placed under
+
+	reuse int64 // the index revision a created record replaces: 0, or a settled call's
+}
+
+// Start implements CoordinatorService.Start.
+func (s *Server) Start(req *pb.StartRequest, stream pb.CoordinatorService_StartServer) error {
+	return toStatus(s.start(stream.Context(), req.GetBegin(), stream.Send))
+}
+
+func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.StartResponse) error) error {
+	if err := validateBegin(req); err != nil {
+		return err
+	}
+	switch {
+	case req.GetBeginId() == "":
+		return invalid("start needs a begin_id")
+	case req.GetRetryOf() != "":
+		return invalid("a retry is placed with Begin, not Start")
+	}
+	if err := s.waitReady(ctx); err != nil {
+		return err
+	}
+	rec := s.newRecord(ctx, req)
+	w, err := s.pick(ctx, rec, "")
+	if err != nil {
+		return err
+	}
+	if !runsBeside(w, rec) {
+		s.metrics.starts.WithLabelValues("begin_first").Inc()
+		resp, err := s.begin(ctx, req)
+		if err != nil {
+			return err
+		}
+		return send(&pb.StartResponse{Event: &pb.StartResponse_Placed{Placed: resp}})
+	}
+	s.metrics.starts.WithLabelValues("beside").Inc()
+	rec.CallID, rec.Worker = randid.New(16), w.name
+	pl := &placement{Call: rec, Index: s.keys.index(req.GetKey()), WorkerRev: w.createRev}
+	p := s.placed.add(rec.CallID)
+	s.view.addOwner(w.name, rec.CallID) // it counts toward its worker's load from now
+	// Once the placement is out the Begin goes on, whether or not the
+	// gateway stays to hear of it: its Execute may be running. A gateway
+	// that loses the stream decides the call by its placement instead.
+	ctx = context.WithoutCancel(ctx)
+	sendErr := send(&pb.StartResponse{Event: &pb.StartResponse_Placed{Placed: placedReply(rec, w, 0, []byte(encode(pl)))}})
+	fence, settled, err := s.beginPlaced(ctx, pl, w)
+	s.placed.resolve(rec.CallID, p, fence, settled, err)
+	if err != nil || settled {
+		// Not running here: a settled call's owner key, if any, comes
+		// back through the owners/ watch.
+		s.view.removeOwner(w.name, rec.CallID)
+	}
+	if err != nil {
+		return err
+	}
+	if !settled {
+		s.begun(ctx, rec, pl.Index, w, fence)
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	return send(&pb.StartResponse{Event: &pb.StartResponse_Begun{Begun: &pb.Begun{Fence: fence, Settled: settled}}})
+}
+
+// runsBeside says whether rec may run before its record is durable: its
+// worker takes such calls and the tool does not ask for its record first.
+func runsBeside(w *workerEntry, rec *callRecord) bool {
+	if w.info.Features == nil || !w.info.Features.RunsPlaced {
+		return false
+	}
+	if rec.Method == "" {
+		if t := w.tools[rec.Tool]; t != nil && t.DurableBegin {
+			return false
+		}
+	}
+	return true
+}
+
+// beginPlaced writes a placed call's record. Unlike Begin it cannot move
+// the call to another worker: the call runs where it was placed.
+func (s *Server) beginPlaced(ctx context.Context, pl *placement, w *workerEntry) (fence int64, settled bool, err error) {
+	var reuse int64
+	for range 3 {
+		fence, settled, err = s.beginTxn(ctx, pl.Call, pl.Index, w, reuse)
+		var taken *indexTaken
+		if !errors.As(err, &taken) {
+			break
+		}
+		if reuse, err = s.reusable(ctx, taken.kv); err != nil {
+			break
+		}
+	}
+	if errors.Is(err, errWorkerGone) {
+		err = fmt.Errorf("%w: its worker %s left before the call's record was written", ErrUnknownCall, w.name)
+	}
+	return fence, settled, err
+}
+
+// placedCalls are the calls this replica placed whose Begin has not
+// answered yet. A decision for one waits for its Begin here rather than
+// race it through etcd, where the loser's Txn would be wasted.
+type placedCalls struct {
+	mu sync.Mutex
+	m  map[string]*placedBegin
+}
+
+type placedBegin struct {
+	done    chan struct{} // closed once the fields below are set
+	fence   int64
+	settled bool
+	err     error
+}
+
+func (p *placedCalls) add(id string) *placedBegin {
+	b := &placedBegin{done: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]*placedBegin{}
+	}
+	p.m[id] = b
+	return b
+}
+
+func (p *placedCalls) get(id string) *placedBegin {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[id]
+}
+
+func (p *placedCalls) resolve(id string, b *placedBegin, fence int64, settled bool, err error) {
+	b.fence, b.settled, b.err = fence, settled, err
+	close(b.done)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, id)
+}
+
+// placedCall finds the call a reference with a placement names: its
+// record if it has one, else the call as placed with a nil kv, for a
+// decision to create (settle, createTxn).
+func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *mvccpb.KeyValue, error) {
+	pl, err := decode[placement]("placement", ref.GetPlacement())
+	if err != nil {
+		return nil, nil, invalid("the call reference's placement is not one a coordinator made")
+	}
+	if pl.Call == nil || pl.Call.CallID != ref.GetCallId() || pl.Call.Worker != ref.GetWorker() || pl.Index == "" {
+		return nil, nil, invalid("the call reference's placement names another call")
+	}
+	if b := s.placed.get(ref.GetCallId()); b != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return nil, nil, etcdErr(ctx, "wait for the call's begin", ctx.Err())
+		}
+		if b.err == nil && !b.settled {
+			rec := pl.Call
+			return rec, &mvccpb.KeyValue{Key: []byte(s.keys.call(rec.CallID)), CreateRevision: b.fence, ModRevision: b.fence}, nil
+		}
+		// Settled first, or the Begin failed (perhaps after committing):
+		// etcd says which, and the guards of a created record keep out a
+		// call whose Begin could not have committed.
+	}
+	if c, ok := s.running.byCallID(ref.GetCallId()); ok && c.rec.Worker == ref.GetWorker() {
+		return c.rec, c.kv(s.keys), nil
+	}
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Txn(octx).Then(clientv3.OpGet(s.keys.call(pl.Call.CallID)), clientv3.OpGet(pl.Index)).Commit()
+	cancel()
+	if err != nil {
+		return nil, nil, etcdErr(octx, "read a placed call", err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		rec, err := decode[callRecord]("call", kvs[0].Value)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rec.Worker != ref.GetWorker() || rec.BeginID != pl.Call.BeginID {
+			return nil, nil, fmt.Errorf("%w: call %s runs on %s", ErrNotOwner, rec.CallID, rec.Worker)
+		}
+		return rec, kvs[0], nil
+	}
+	rec := *pl.Call
+	rec.placed = pl
+	if ikv := resp.Responses[1].GetResponseRange().Kvs; len(ikv) > 0 {
+		if pl.reuse, err = s.reusable(ctx, ikv[0]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &rec, nil, nil
+}
+
+// errIndexMoved says a created record's guard found the request id's
+// index changed; the decision reads it again.
+var errIndexMoved = errors.New("coordinator: index moved")
+
+// createTxn decides a placed call that has no record yet: it creates the
+// record already settled, with its index and audit record, under the
+// guards the Begin would have met (the call and the request id free, the
+// Begin not abandoned, the session not closed, and, for a completion,
+// the worker still the one it was placed on). It returns nil if it won,
+// else the call's record, written meanwhile.
+func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*mvccpb.KeyValue, error) {
+	pl := rec.placed
+	lease, err := s.retention.lease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// No stop order: a record created settled was never running, so no
+	// watch of its owner key would clear one, and a worker gone by now
+	// would leave it for good. Whoever decides without the worker stops
+	// it otherwise: the gateway closes the call's Execute stream.
+	d.ownerGone = d.ownerGone || d.stoppedAt == nil
+	ck := s.keys.call(rec.CallID)
+	abandoned, closed, wk := s.keys.abandoned(rec.BeginID), s.keys.sessionClosed(rec.Scope), s.keys.worker(rec.Worker)
+	next, guard, ops := s.decide(rec, &mvccpb.KeyValue{Key: []byte(ck)}, d, s.now(), lease)
+	guards := []clientv3.Cmp{
+		guard, // the call key's absence
+		clientv3.Compare(clientv3.ModRevision(pl.Index), "=", pl.reuse),
+		clientv3.Compare(clientv3.CreateRevision(abandoned), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
+	}
+	if d.state == stateCompleted {
+		guards = append(guards, clientv3.Compare(clientv3.CreateRevision(wk), "=", pl.WorkerRev))
+	}
+	// The index holds the record as settled: a cancel resolved through it
+	// finds the call decided, never running at the index's revision.
+	ops = append(ops, clientv3.OpPut(pl.Index, encode(next), clientv3.WithLease(lease)))
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.commits.Txn(octx).If(guards...).Then(ops...).Else(
+		clientv3.OpGet(ck),
+		clientv3.OpGet(pl.Index),
+		clientv3.OpGet(abandoned, clientv3.WithKeysOnly()),
+		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
+		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.retention.forget(lease)
+		}
+		return nil, etcdErr(octx, "settle a placed call", err)
+	}
+	if resp.Succeeded {
+		s.metrics.decided(d.state, d.initiator, 1)
+		s.metrics.createdSettled.Inc()
+		return nil, nil
+	}
+	got := func(i int) []*mvccpb.KeyValue { return resp.Responses[i].GetResponseRange().Kvs }
+	switch {
+	case len(got(0)) > 0:
+		return got(0)[0], nil
+	case len(got(2)) > 0:
+		return nil, fmt.Errorf("%w: call %s: its Begin was abandoned", ErrUnknownCall, rec.CallID)
+	case len(got(3)) > 0:
+		return nil, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
+	case d.state == stateCompleted && (len(got(4)) == 0 || got(4)[0].CreateRevision != pl.WorkerRev):
+		return nil, fmt.Errorf("%w: its worker %s left before call %s was recorded", ErrUnknownCall, rec.Worker, rec.CallID)
+	}
+	if ikv := got(1); len(ikv) > 0 {
+		if pl.reuse, err = s.reusable(ctx, ikv[0]); err != nil {
+			return nil, err
+		}
+	} else {
+		pl.reuse = 0
+	}
+	return nil, errIndexMoved
+}
+
+// maxRecordWaits bounds the cancels waiting at once for a record that may
+// be on its way; past it, a cancel that finds no call is answered unknown
+// at once, as before calls were begun beside their work.
+const maxRecordWaits = 256
+
+// awaitRecord waits for the record of the call under key to appear, for
+// a client's cancel that reached this replica before it: a call begun
+// beside its work runs before its record is durable, and its client may
+// cancel it through another replica meanwhile (a 2025-era HTTP session
+// spans replicas). It waits with a watch, never a write, at most the time
+// a Begin may take to commit, and reports whether the record appeared.
+// A bogus cancel costs this wait and one read.
+func (s *Server) awaitRecord(ctx context.Context, key *pb.CallKey) bool {
+	select {
+	case s.recordWaits <- struct{}{}:
+		defer func() { <-s.recordWaits }()
+	default:
+		return false
+	}
+	idx := s.keys.index(key)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, idx, clientv3.WithKeysOnly())
+	if err != nil {
+		return false
+	}
+	if len(resp.Kvs) > 0 {
+		return true
+	}
+	for wr := range s.cli.Watch(clientv3.WithRequireLeader(ctx), idx, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
+		if wr.Err() != nil {
+			return false
+		}
+		if len(wr.Events) > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,305 @@
+package coordinator_test
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpcancel/mcpcancel/api/client"
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/randid"
+)
+
+func startReq(k *pb.CallKey, tool string) *pb.BeginRequest {
+	return &pb.BeginRequest{Key: k, Tool: tool, Principal: "alice", Gateway: "g1", BeginId: randid.New(16)}
+}
+
+func placementRef(p *pb.BeginResponse) *pb.CallRef {
+	return &pb.CallRef{CallId: p.CallId, Worker: p.Worker, Placement: p.Placement}
+}
+
+// callKeys lists the keys under calls/, index/, running/ and audit/ that
+// name callID or the request's index, as etcd holds them now.
+func recordKeys(t *testing.T, e *env, callID string) (calls, audits, running int) {
+	t.Helper()
+	for k := range etcdKeys(t, e.cli) {
+		switch {
+		case strings.Contains(k, "calls/"+callID):
+			calls++
+		case strings.Contains(k, "/audit/") && strings.Contains(k, callID):
+			audits++
+		case strings.Contains(k, "/running/"):
+			running++
+		}
+	}
+	return calls, audits, running
+}
+
+// A decision that comes before its call's Begin (here a gateway's Fail
+// through another replica, made while the Begin waits) creates the record
+// already settled, with its index and one audit record; the Begin then
+// finds it, writes nothing, and succeeds, saying so.
+func TestDecisionBeforeBeginCreatesTheRecord(t *testing.T) {
+	e := newEnv(t, envOptions{replicas: 2})
+	b := e.coords[1].Client(t)
+	waitTools(t, b, "hold")
+	k := key("conn:created", num(1))
+	var placed *pb.BeginResponse
+	var afterDecision int64
+	last, err := e.coords[0].Server.StartPaused(t.Context(), startReq(k, "hold"), func(p *pb.BeginResponse) {
+		placed = p
+		if p.Fence != 0 || len(p.Placement) == 0 {
+			t.Errorf("placed = fence %d, %d bytes of placement; want the call placed beside its work", p.Fence, len(p.Placement))
+			return
+		}
+		got, err := b.Fail(t.Context(), &pb.FailRequest{Call: placementRef(p), Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "gateway lost"})
+		if err != nil {
+			t.Errorf("fail by placement: %v", err)
+			return
+		}
+		if got.Result != pb.SettleResult_SETTLE_RESULT_WON {
+			t.Errorf("fail by placement = %v, want WON", got.Result)
+		}
+		afterDecision = e.revision(t)
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if bg := last.GetBegun(); bg == nil || !bg.Settled {
+		t.Fatalf("start ended with %v, want Begun settled", last)
+	}
+	if rev := e.revision(t); rev != afterDecision {
+		t.Fatalf("the Begin wrote to etcd (revision %d after the decision, %d after Start)", afterDecision, rev)
+	}
+	if s := e.state(t, placed.CallId); s != pb.CallState_CALL_STATE_FAILED {
+		t.Fatalf("state = %v, want FAILED", s)
+	}
+	if got := outcomes(e.audits(t, placed.CallId)); len(got) != 1 || got[0] != "failed" {
+		t.Fatalf("audit = %v, want one failed", got)
+	}
+	calls, _, running := recordKeys(t, e, placed.CallId)
+	if calls != 1 || running != 0 {
+		t.Fatalf("calls/ keys %d, running/ keys %d; want 1 and 0", calls, running)
+	}
+	// The index holds the call as settled: a cancel by key finds it
+	// failed, never running, and the request id is free again.
+	if r := e.cancel(t, b, k, "late"); r != pb.CancelResult_CANCEL_RESULT_ALREADY_FAILED {
+		t.Fatalf("cancel by key = %v, want ALREADY_FAILED", r)
+	}
+	if s := e.state(t, placed.CallId); s != pb.CallState_CALL_STATE_FAILED {
+		t.Fatalf("after a late cancel, state = %v, want FAILED", s)
+	}
+	again := e.begin(t, e.c, k, "hold")
+	if again.CallId == placed.CallId {
+		t.Fatal("the key's next call reused the failed call's id")
+	}
+}
+
+// A worker completes a call it ran before the call's record was durable,
+// many times over: whichever of the Begin (through replica a) and the
+// completion (through b, the worker's) reaches etcd first, the call is
+// COMPLETED once, audited once, and not running.
+func TestCompletionRacesBegin(t *testing.T) {
+	e := newEnv(t, envOptions{replicas: 2, workerTo: []int{1}})
+	var first, later int
+	for i := range 40 {
+		k := key("conn:race-begin", num(int64(i)))
+		st, err := e.c.Start(t.Context(), &pb.StartRequest{Begin: startReq(k, "echo")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := m.GetPlaced()
+		if p.GetFence() != 0 {
+			t.Fatalf("placed with fence %d, want 0 (beside the work)", p.GetFence())
+		}
+		ex, err := e.wc.Execute(t.Context(), &pb.ExecuteRequest{CallId: p.CallId, Placement: p.Placement, Worker: p.Worker,
+			Tool: "echo", ArgumentsJson: []byte(`{"text":"hi"}`), Deadline: p.Deadline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fin := (&execStream{stream: ex}).final(t)
+		if fin.GetResult() == nil {
+			t.Fatalf("call %d ended with %v, want its result", i, fin)
+		}
+		m, err = st.Recv()
+		if err != nil {
+			t.Fatalf("start's second message: %v", err)
+		}
+		if m.GetBegun().GetSettled() {
+			later++
+		} else {
+			first++
+		}
+		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("start after Begun: %v, want its end", err)
+		}
+		if s := e.state(t, p.CallId); s != pb.CallState_CALL_STATE_COMPLETED {
+			t.Fatalf("call %d state = %v, want COMPLETED", i, s)
+		}
+		if got := outcomes(e.audits(t, p.CallId)); len(got) != 1 || got[0] != "completed" {
+			t.Fatalf("call %d audit = %v, want one completed", i, got)
+		}
+	}
+	if _, _, running := recordKeys(t, e, ""); running != 0 {
+		t.Fatalf("%d running/ keys left", running)
+	}
+	t.Logf("begun first %d, completed first %d", first, later)
+}
+
+// A client's cancel that reaches another replica while the call's record
+// is being written waits for the record, and wins.
+func TestCancelBeforeTheRecordWaitsForIt(t *testing.T) {
+	e := newEnv(t, envOptions{replicas: 2})
+	b := e.coords[1].Client(t)
+	k := key("conn:await", num(1))
+	done := make(chan *pb.CancelResponse, 1)
+	errc := make(chan error, 1)
+	last, err := e.coords[0].Server.StartPaused(t.Context(), startReq(k, "hold"), func(*pb.BeginResponse) {
+		go func() {
+			got, err := b.Cancel(t.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: k},
+				Initiator: pb.Initiator_INITIATOR_CLIENT, Principal: "alice", AwaitRecord: true})
+			errc <- err
+			done <- got
+		}()
+	})
+	if err != nil || last.GetBegun() == nil {
+		t.Fatalf("start: %v, %v", last, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.Result != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+		t.Fatalf("cancel = %v, want CANCELLED", got.Result)
+	}
+	if got := outcomes(e.audits(t, got.CallId)); len(got) != 1 || got[0] != "cancelled" {
+		t.Fatalf("audit = %v, want one cancelled", got)
+	}
+}
+
+// A bogus cancel that waits for a record writes nothing and says UNKNOWN.
+func TestBogusCancelAwaitingARecordWritesNothing(t *testing.T) {
+	e := newEnv(t, envOptions{coord: coordinator.Options{OpTimeout: time.Second}})
+	before := e.revision(t)
+	start := time.Now()
+	got, err := e.c.Cancel(t.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Key{Key: key("conn:bogus", num(9))},
+		Initiator: pb.Initiator_INITIATOR_CLIENT, AwaitRecord: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Result != pb.CancelResult_CANCEL_RESULT_UNKNOWN {
+		t.Fatalf("cancel = %v, want UNKNOWN", got.Result)
+	}
+	if rev := e.revision(t); rev != before {
+		t.Fatalf("a bogus cancel moved etcd from revision %d to %d", before, rev)
+	}
+	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// A gateway that gave up on a Start abandons its Begin before the Begin
+// reaches etcd: the Begin commits nothing, and the worker's completion,
+// which would create the record, is refused. The call has no record; it
+// showed nothing to anyone.
+func TestAbandonedPlacementIsNeverRecorded(t *testing.T) {
+	e := newEnv(t, envOptions{replicas: 2})
+	b := e.coords[1].Client(t)
+	k := key("conn:abandon-placed", num(1))
+	req := startReq(k, "hold")
+	var placed *pb.BeginResponse
+	_, err := e.coords[0].Server.StartPaused(t.Context(), req, func(p *pb.BeginResponse) {
+		placed = p
+		got, err := b.AbandonBegin(t.Context(), abandonReq(k, req.BeginId))
+		if err != nil || got.Begun {
+			t.Errorf("abandon = %v, %v; want not begun", got, err)
+		}
+	})
+	if !errors.Is(err, coordinator.ErrAbandoned) {
+		t.Fatalf("start: %v, want the Begin abandoned", err)
+	}
+	_, err = b.Complete(t.Context(), &pb.CompleteRequest{Call: placementRef(placed)})
+	if !client.Is(err, client.ErrUnknownCall) {
+		t.Fatalf("complete by placement: %v, want UNKNOWN_CALL", err)
+	}
+	if calls, audits, _ := recordKeys(t, e, placed.CallId); calls != 0 || audits != 0 {
+		t.Fatalf("calls/ keys %d, audit keys %d; want none", calls, audits)
+	}
+}
+
+// A placement is a coordinator's: one that names another call, or is not
+// one at all, is refused.
+func TestPlacementIsChecked(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	st, err := e.c.Start(t.Context(), &pb.StartRequest{Begin: startReq(key("conn:checked", num(1)), "hold")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.GetPlaced()
+	for name, ref := range map[string]*pb.CallRef{
+		"garbage":        {CallId: p.CallId, Worker: p.Worker, Placement: []byte("{")},
+		"another call":   {CallId: randid.New(16), Worker: p.Worker, Placement: p.Placement},
+		"another worker": {CallId: p.CallId, Worker: "w2", Placement: p.Placement},
+	} {
+		if _, err := e.c.Complete(t.Context(), &pb.CompleteRequest{Call: ref}); !client.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
+		}
+	}
+	for name, req := range map[string]*pb.BeginRequest{
+		"no begin_id": {Key: key("conn:checked", num(2)), Tool: "hold"},
+		"a retry":     {Key: key("conn:checked", num(3)), Tool: "hold", BeginId: randid.New(16), RetryOf: randid.New(16)},
+	} {
+		st, err := e.c.Start(t.Context(), &pb.StartRequest{Begin: req})
+		if err == nil {
+			_, err = st.Recv() // a server stream reports its error here
+		}
+		if !client.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("start with %s: %v, want INVALID_ARGUMENT", name, err)
+		}
+	}
+}
+
+// The worker runs the call and completes it while the Begin waits: its
+// completion (through replica b, the worker's) creates the record,
+// COMPLETED, guarded by the worker's key; the Begin then writes nothing.
+func TestCompletionBeforeBeginCreatesTheRecord(t *testing.T) {
+	e := newEnv(t, envOptions{replicas: 2, workerTo: []int{1}})
+	k := key("conn:completed-first", num(1))
+	var placed *pb.BeginResponse
+	last, err := e.coords[0].Server.StartPaused(t.Context(), startReq(k, "echo"), func(p *pb.BeginResponse) {
+		placed = p
+		ex, err := e.wc.Execute(t.Context(), &pb.ExecuteRequest{CallId: p.CallId, Placement: p.Placement, Worker: p.Worker,
+			Tool: "echo", ArgumentsJson: []byte(`{"text":"first"}`), Deadline: p.Deadline})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if fin := (&execStream{stream: ex}).final(t); fin.GetResult() == nil {
+			t.Errorf("the call ended with %v, want its result", fin)
+		}
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if !last.GetBegun().GetSettled() {
+		t.Fatalf("start ended with %v, want Begun settled", last)
+	}
+	if s := e.state(t, placed.CallId); s != pb.CallState_CALL_STATE_COMPLETED {
+		t.Fatalf("state = %v, want COMPLETED", s)
+	}
+	if got := outcomes(e.audits(t, placed.CallId)); len(got) != 1 || got[0] != "completed" {
+		t.Fatalf("audit = %v, want one completed", got)
+	}
+	if calls, _, running := recordKeys(t, e, placed.CallId); calls != 1 || running != 0 {
+		t.Fatalf("calls/ keys %d, running/ keys %d; want 1 and 0", calls, running)
+	}
+}
