@@ -71,6 +71,7 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 	pl := &placement{Call: rec, Index: s.keys.index(req.GetKey()), WorkerRev: w.createRev}
 	p := s.placed.add(rec.CallID)
 	s.view.addOwner(w.name, rec.CallID) // it counts toward its worker's load from now
+	tracePlacement(ctx, rec)
 	// Once the placement is out the Begin goes on, whether or not the
 	// gateway stays to hear of it: its Execute may be running. A gateway
 	// that loses the stream decides the call by its placement instead.
@@ -87,7 +88,7 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 		return err
 	}
 	if !settled {
-		s.begun(ctx, rec, pl.Index, w, fence)
+		s.running.add(rec, pl.Index, fence)
 	}
 	if sendErr != nil {
 		return sendErr

@@ -25,7 +25,8 @@ import (
 
 // beginFirstFor is how long a gateway places calls Begin-first after its
 // Start failed for want of a coordinator (a link failing, or a coordinator
-// of a release without Start): work starts only once it is recorded.
+// of a release without Start): work starts only once it is recorded. A
+// Begin answered meanwhile ends it, unless Start was unknown.
 const beginFirstFor = 10 * time.Second
 
 // maxHeld bounds the progress notifications and logs a call holds while
@@ -37,6 +38,7 @@ const maxHeld = 256
 // starter says whether calls may start beside their Begin now.
 type starter struct {
 	beginFirstUntil atomic.Int64 // unix nanoseconds
+	unknown         atomic.Bool  // a coordinator did not know Start
 }
 
 func (s *starter) beside() bool { return time.Now().UnixNano() >= s.beginFirstUntil.Load() }
@@ -44,8 +46,21 @@ func (s *starter) beside() bool { return time.Now().UnixNano() >= s.beginFirstUn
 // failed notes a Start that could not reach a coordinator that serves it.
 func (s *starter) failed(err error) {
 	switch status.Code(err) {
-	case codes.Unimplemented, codes.Unavailable, codes.DeadlineExceeded:
+	case codes.Unimplemented:
+		s.unknown.Store(true)
+		fallthrough
+	case codes.Unavailable, codes.DeadlineExceeded:
 		s.beginFirstUntil.Store(time.Now().Add(beginFirstFor).UnixNano())
+	}
+}
+
+// answered notes a Begin answered while calls are placed Begin-first:
+// the link works again, so calls start beside their Begin again, unless
+// a coordinator did not know Start (an older release, until its time is
+// up).
+func (s *starter) answered() {
+	if !s.unknown.Load() {
+		s.beginFirstUntil.Store(0)
 	}
 }
 
@@ -72,6 +87,9 @@ func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, *started, er
 	if !g.starts.beside() {
 		defer cancel()
 		begun, err := g.coord.Begin(ctx, req)
+		if err == nil {
+			g.starts.answered()
+		}
 		return begun, nil, err
 	}
 	stream, err := g.coord.Start(ctx, &pb.StartRequest{Begin: req})
@@ -97,9 +115,10 @@ func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, *started, er
 
 // awaitRecord waits for the record of a call begun beside its work, then
 // lets out what the hold kept and sends a cancel asked for meanwhile. If
-// Start ends without saying the record is written, the call is decided
-// by its placement: failed, creating its record if need be, unless a
-// decision already stands.
+// Start ends without saying the record is written (its reply lost with a
+// half-dead link, say), the gateway reads the record: found, it is
+// durable; not found, the call is decided by its placement: failed,
+// creating its record if need be, unless a decision already stands.
 func (c *call) awaitRecord(st *started, begun *pb.BeginResponse) {
 	defer st.cancel()
 	msg, err := st.stream.Recv()
@@ -111,11 +130,26 @@ func (c *call) awaitRecord(st *started, begun *pb.BeginResponse) {
 		err = status.Error(codes.Internal, "Start sent something other than Begun")
 	}
 	c.s.g.starts.failed(err)
+	if c.hasRecord(begun.GetCallId()) {
+		c.recorded()
+		return
+	}
 	c.s.g.log.Warn("a call's record could not be confirmed; failing it", "scope", c.s.scope, "call", begun.GetCallId(), "err", err)
 	// Its outcome goes to the client before anything the worker sends
 	// about it: the Execute stream's end waits for the hold.
 	c.hold.during(func() { c.failUnrecorded(begun, err) })
 	c.recorded() // what it held goes out if a decision stands, else nowhere
+}
+
+// hasRecord says whether the call's record is known to be durable: a
+// read finds it. A read that finds nothing, or fails, says nothing: a
+// Begin may still be on its way, which the placement's decision settles.
+func (c *call) hasRecord(callID string) bool {
+	g := c.s.g
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
+	defer cancel()
+	_, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: callID}})
+	return err == nil
 }
 
 // failUnrecorded fails a call whose Start ended without saying its record

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -24,14 +25,43 @@ import (
 // now fails such a call before it answers. A call started beside its
 // Begin (Start) has two replies to lose: the placement, after which the
 // gateway abandons the Begin as it would a Begin's; and the word that
-// the record is written, after which it fails the call by its placement.
+// the record is written, after which it reads the record and, finding it,
+// runs the call on (TestLostBegunReplyReadsTheRecord).
 func TestLostBeginReplyEndsFailed(t *testing.T) {
-	for _, lose := range []string{"begin", "placed", "begun"} {
+	for _, lose := range []string{"begin", "placed"} {
 		t.Run(lose, func(t *testing.T) { lostBeginReply(t, lose) })
 	}
 }
 
+// The word that a call's record is written was lost: the gateway reads
+// the record, finds it, and the call runs on to its result, its record
+// completed (and nothing of it was shown before: the hold waits for the
+// read).
+func TestLostBegunReplyReadsTheRecord(t *testing.T) {
+	st, url := lossyGateway(t, "begun")
+	sid := openSession(t, url)
+	// A call still running when the reply is lost: failing it by its
+	// placement would win, and the client would get an error.
+	r := <-startCall(t, url, sid, 1, "sleep", map[string]any{"seconds": 1, "steps": 4}, nil)
+	if last := r.msgs[len(r.msgs)-1]; !strings.Contains(fmt.Sprint(last["result"]), "slept") {
+		t.Fatalf("messages = %v, want the sleep's result", r.msgs)
+	}
+	waitFor(t, "the call's record", func() bool { return len(st.audits(t, "session:"+sid)["1"]) > 0 })
+	if as := st.audits(t, "session:"+sid)["1"]; len(as) != 1 || as[0].Outcome != "completed" {
+		t.Fatalf("audit = %+v, want one completed", as)
+	}
+}
+
 func lostBeginReply(t *testing.T, lose string) {
+	st, url := lossyGateway(t, lose)
+	sid := openSession(t, url)
+	lostBeginEnds(t, st, url, sid, lose)
+}
+
+// lossyGateway is a gateway whose coordinator link loses one reply, as
+// lose names: Begin's, or Start's placement or Begun.
+func lossyGateway(t *testing.T, lose string) (*stack, string) {
+	t.Helper()
 	st := newStack(t, stackOptions{})
 	var dropped atomic.Bool
 	lost := status.Error(codes.Unavailable, "error reading from server: EOF") // committed, reply lost
@@ -59,8 +89,10 @@ func lostBeginReply(t *testing.T, lose string) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	_, url := testcluster.StartGateway(t, conn, gateway.Options{Name: "gw-lost"})
+	return st, url
+}
 
-	sid := openSession(t, url)
+func lostBeginEnds(t *testing.T, st *stack, url, sid, lose string) {
 	r := <-startCall(t, url, sid, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
 	if len(r.msgs) != 1 || r.msgs[0]["error"] == nil {
 		t.Fatalf("messages = %v, want the error that the call could not start", r.msgs)

@@ -253,12 +253,13 @@ func checkDecision(t *testing.T, spans []*span, callID string) {
 				}
 				decisions, on = append(decisions, e), append(on, s.Name)
 			case "mcpcancel.placed":
-				placed = s.Name == "mcpcancel.v1.CoordinatorService/Begin" && attrString(e.GetAttributes(), "mcpcancel.worker") == "dev-worker"
+				placed = (s.Name == "mcpcancel.v1.CoordinatorService/Start" || s.Name == "mcpcancel.v1.CoordinatorService/Begin") &&
+					attrString(e.GetAttributes(), "mcpcancel.worker") == "dev-worker"
 			}
 		}
 	}
 	if !placed {
-		t.Errorf("no placement event on the coordinator's Begin span")
+		t.Errorf("no placement event on the coordinator's Start (or Begin) span")
 	}
 	if len(decisions) != 1 || on[0] != "mcpcancel.v1.CoordinatorService/Cancel" {
 		t.Fatalf("winning decision events on %v, want one on Cancel", on)

@@ -57,7 +57,7 @@ func admin(m string) string { return "/" + pb.AdminService_ServiceDesc.ServiceNa
 func Coordinator() *Policy {
 	const g, w, a, o = tlsconfig.RoleGateway, tlsconfig.RoleWorker, tlsconfig.RoleAdmin, tlsconfig.RoleOperator
 	p := newPolicy(map[string][]string{
-		coord("Begin"): {g}, coord("AbandonBegin"): {g}, coord("CancelScope"): {g},
+		coord("Begin"): {g}, coord("Start"): {g}, coord("AbandonBegin"): {g}, coord("CancelScope"): {g},
 		coord("OpenSession"): {g}, coord("GetSession"): {g}, coord("CloseSession"): {g},
 		coord("Cancel"): {g, w}, coord("Fail"): {g, w}, coord("Complete"): {w},
 		coord("Attach"):    {w},
