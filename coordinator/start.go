@@ -99,6 +99,9 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 // runsBeside says whether rec may run before its record is durable: its
 // worker takes such calls and the tool does not ask for its record first.
 func runsBeside(w *workerEntry, rec *callRecord) bool {
+	// Compat(v0.2): v0.1 workers (and workers attached to a v0.1
+	// coordinator, which does not store the feature) need the fence;
+	// drop in v0.3, with Features.runs_placed.
 	if w.info.Features == nil || !w.info.Features.RunsPlaced {
 		return false
 	}

@@ -101,7 +101,8 @@ func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, *started, er
 		cancel()
 		g.starts.failed(err)
 		if status.Code(err) == codes.Unimplemented {
-			return c.begin(p, beginID) // a coordinator of a release without Start
+			// Compat(v0.2): v0.1 coordinators have no Start; drop in v0.3.
+			return c.begin(p, beginID)
 		}
 		return nil, nil, err
 	}
