@@ -3,9 +3,11 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -202,4 +204,48 @@ func optTime(t *timestamppb.Timestamp) *time.Time {
 	}
 	v := t.AsTime()
 	return &v
+}
+
+// maxStateIDs bounds the calls one GetCallStates may name.
+const maxStateIDs = 1024
+
+// GetCallStates implements CoordinatorService.GetCallStates: the states of
+// many calls in one serializable read per maxTxnOps of them. A probe only
+// asks whether a call was decided without its worker; a lagging member
+// answers as of a moment ago, and the next probe sees more.
+func (s *Server) GetCallStates(ctx context.Context, req *pb.GetCallStatesRequest) (*pb.GetCallStatesResponse, error) {
+	ids := req.GetCallIds()
+	if len(ids) > maxStateIDs {
+		return nil, toStatus(invalid("at most %d call ids", maxStateIDs))
+	}
+	for _, id := range ids {
+		if !validCallID(id) {
+			return nil, toStatus(invalid("call id must be 32 hex digits"))
+		}
+	}
+	states := make([]pb.CallState, 0, len(ids))
+	for chunk := range slices.Chunk(ids, maxTxnOps) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, id := range chunk {
+			ops[i] = clientv3.OpGet(s.keys.call(id), clientv3.WithSerializable())
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return nil, toStatus(etcdErr(octx, "read call states", err))
+		}
+		for _, r := range resp.Responses {
+			state := pb.CallState_CALL_STATE_UNSPECIFIED
+			if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+				rec, err := decode[callRecord]("call", kvs[0].Value)
+				if err != nil {
+					return nil, toStatus(err)
+				}
+				state = stateValues[rec.State]
+			}
+			states = append(states, state)
+		}
+	}
+	return &pb.GetCallStatesResponse{States: states}, nil
 }

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -301,5 +302,42 @@ func TestCompletionBeforeBeginCreatesTheRecord(t *testing.T) {
 	}
 	if calls, _, running := recordKeys(t, e, placed.CallId); calls != 1 || running != 0 {
 		t.Fatalf("calls/ keys %d, running/ keys %d; want 1 and 0", calls, running)
+	}
+}
+
+// GetCallStates reads many calls' states at once, in order: running,
+// decided, or UNSPECIFIED for an id with no record; it bounds its input.
+func TestGetCallStates(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	running := e.begin(t, e.c, key("conn:states", num(1)), "hold")
+	cancelled := e.begin(t, e.c, key("conn:states", num(2)), "hold")
+	if r := e.cancel(t, e.c, key("conn:states", num(2)), "done"); r != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+		t.Fatalf("cancel = %v", r)
+	}
+	got, err := e.c.GetCallStates(t.Context(), &pb.GetCallStatesRequest{CallIds: []string{running.CallId, randid.New(16), cancelled.CallId}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []pb.CallState{pb.CallState_CALL_STATE_RUNNING, pb.CallState_CALL_STATE_UNSPECIFIED, pb.CallState_CALL_STATE_CANCELLED}
+	if fmt.Sprint(got.States) != fmt.Sprint(want) {
+		t.Fatalf("states = %v, want %v", got.States, want)
+	}
+	many := make([]string, 300) // more than one Txn's worth
+	for i := range many {
+		many[i] = randid.New(16)
+	}
+	many[299] = running.CallId
+	if got, err := e.c.GetCallStates(t.Context(), &pb.GetCallStatesRequest{CallIds: many}); err != nil || len(got.States) != 300 || got.States[299] != pb.CallState_CALL_STATE_RUNNING {
+		t.Fatalf("300 ids: %v, %v", got, err)
+	}
+	for name, ids := range map[string][]string{"too many": make([]string, 1025), "not an id": {"x"}} {
+		if name == "too many" {
+			for i := range ids {
+				ids[i] = randid.New(16)
+			}
+		}
+		if _, err := e.c.GetCallStates(t.Context(), &pb.GetCallStatesRequest{CallIds: ids}); !client.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
+		}
 	}
 }

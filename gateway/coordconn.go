@@ -55,16 +55,17 @@ const (
 // waits again. CreateTask and CancelTask pass through: a second
 // CancelTask after a win would answer the client -32602.
 var attemptPolicies = map[string]attemptPolicy{
-	pb.CoordinatorService_Begin_FullMethodName:        sentOnce,
-	pb.CoordinatorService_AbandonBegin_FullMethodName: resent,
-	pb.CoordinatorService_Cancel_FullMethodName:       resent,
-	pb.CoordinatorService_GetCall_FullMethodName:      resent,
-	pb.CoordinatorService_GetSession_FullMethodName:   resent,
-	pb.CoordinatorService_GetTask_FullMethodName:      resent,
-	pb.CoordinatorService_ListTasks_FullMethodName:    resent,
-	pb.CoordinatorService_ListTools_FullMethodName:    resent,
-	pb.CoordinatorService_ListWorkers_FullMethodName:  resent,
-	pb.CoordinatorService_WaitTask_FullMethodName:     rewaited,
+	pb.CoordinatorService_Begin_FullMethodName:         sentOnce,
+	pb.CoordinatorService_AbandonBegin_FullMethodName:  resent,
+	pb.CoordinatorService_Cancel_FullMethodName:        resent,
+	pb.CoordinatorService_GetCall_FullMethodName:       resent,
+	pb.CoordinatorService_GetCallStates_FullMethodName: resent,
+	pb.CoordinatorService_GetSession_FullMethodName:    resent,
+	pb.CoordinatorService_GetTask_FullMethodName:       resent,
+	pb.CoordinatorService_ListTasks_FullMethodName:     resent,
+	pb.CoordinatorService_ListTools_FullMethodName:     resent,
+	pb.CoordinatorService_ListWorkers_FullMethodName:   resent,
+	pb.CoordinatorService_WaitTask_FullMethodName:      rewaited,
 }
 
 // attemptTimeout bounds one attempt: a read or a commit takes

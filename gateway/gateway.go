@@ -113,16 +113,22 @@ type Gateway struct {
 	refusals sync.WaitGroup // session requests refused for clients (asksession.go)
 	lookups  sync.WaitGroup // HTTP cancels of calls held elsewhere (cancel.go)
 	gone     sync.WaitGroup // CallersGone notices on their way to workers (callersgone.go)
+	prober   prober         // the quiet-stream probes, batched (probe.go)
+	probes   sync.WaitGroup // its batches on their way
 }
 
 // spawn runs f on a goroutine that wg counts, for Close to wait on; a
 // closed gateway runs nothing.
-func (g *Gateway) spawn(wg *sync.WaitGroup, f func()) {
+func (g *Gateway) spawn(wg *sync.WaitGroup, f func()) { g.spawned(wg, f) }
+
+// spawned is spawn, reporting whether f runs.
+func (g *Gateway) spawned(wg *sync.WaitGroup, f func()) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closed {
 		wg.Go(f)
 	}
+	return !g.closed
 }
 
 // outboxLimit is how many bytes may wait for one client stream.
@@ -149,6 +155,7 @@ func New(opts Options) *Gateway {
 	close(g.noCalls)
 	g.base, g.stop = context.WithCancel(context.Background())
 	g.metrics = newMetrics(g)
+	g.prober.g = g
 	return g
 }
 
@@ -388,6 +395,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.refusals.Wait() // they end with g.base
 	g.lookups.Wait()  // each bounded by cancelTimeout
 	g.gone.Wait()     // each bounded by callersGoneTimeout
+	g.probes.Wait()   // each bounded by probeTimeout
 	g.mu.Lock()
 	for addr, c := range g.workers {
 		c.Close()

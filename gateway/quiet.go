@@ -117,15 +117,7 @@ func (q *quiet) stop() {
 // that does not answer (paused, partitioned) must not delay the next one.
 const probeTimeout = 2 * time.Second
 
-// stateOf is the call's state at the coordinator; RUNNING when it cannot
-// be asked, so the call runs on.
-func (c *call) stateOf(callID string) pb.CallState {
-	g := c.s.g
-	ctx, cancel := context.WithTimeout(g.base, probeTimeout)
-	defer cancel()
-	got, err := g.coord.GetCall(ctx, &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: callID}})
-	if err != nil {
-		return pb.CallState_CALL_STATE_RUNNING
-	}
-	return got.GetCall().GetState()
-}
+// stateOf is the call's state at the coordinator, read with the other
+// probes of the moment (probe.go); RUNNING when it cannot be asked, so the
+// call runs on.
+func (c *call) stateOf(callID string) pb.CallState { return c.s.g.prober.state(callID) }

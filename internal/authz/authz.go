@@ -62,7 +62,7 @@ func Coordinator() *Policy {
 		coord("Cancel"): {g, w}, coord("Fail"): {g, w}, coord("Complete"): {w},
 		coord("Attach"):    {w},
 		coord("ListTools"): {g, w, a, o}, coord("WatchTools"): {g},
-		coord("ListWorkers"): {g, a, o}, coord("GetCall"): {g, a, o},
+		coord("ListWorkers"): {g, a, o}, coord("GetCall"): {g, a, o}, coord("GetCallStates"): {g, a, o},
 		coord("ListAudit"): {a, o}, coord("WatchAudit"): {a, o},
 		admin("ListCalls"): {a, o}, admin("WatchCalls"): {a, o}, admin("OperatorCancel"): {o},
 		// Tasks, subscriptions and session notifications are the gateway's,

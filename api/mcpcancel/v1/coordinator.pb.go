@@ -2752,6 +2752,96 @@ func (x *GetCallResponse) GetCall() *Call {
 	return nil
 }
 
+type GetCallStatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 1024 call ids.
+	CallIds       []string `protobuf:"bytes,1,rep,name=call_ids,json=callIds,proto3" json:"call_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallStatesRequest) Reset() {
+	*x = GetCallStatesRequest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallStatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallStatesRequest) ProtoMessage() {}
+
+func (x *GetCallStatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallStatesRequest.ProtoReflect.Descriptor instead.
+func (*GetCallStatesRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetCallStatesRequest) GetCallIds() []string {
+	if x != nil {
+		return x.CallIds
+	}
+	return nil
+}
+
+type GetCallStatesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested id, in order; UNSPECIFIED for a call with no record.
+	States        []CallState `protobuf:"varint,1,rep,packed,name=states,proto3,enum=mcpcancel.v1.CallState" json:"states,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallStatesResponse) Reset() {
+	*x = GetCallStatesResponse{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallStatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallStatesResponse) ProtoMessage() {}
+
+func (x *GetCallStatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallStatesResponse.ProtoReflect.Descriptor instead.
+func (*GetCallStatesResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetCallStatesResponse) GetStates() []CallState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only records settled at or after this time.
@@ -2778,7 +2868,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2880,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2893,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2893,7 +2983,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +2995,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3008,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -2945,7 +3035,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3047,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3060,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2989,7 +3079,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3091,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3104,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -3032,7 +3122,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3134,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3147,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 // WatchToolsResponse is the catalogue of live, undrained workers: tools,
@@ -3073,7 +3163,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3175,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3188,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -3135,7 +3225,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3237,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3250,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -3203,7 +3293,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3305,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3318,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -3263,7 +3353,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3365,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3378,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Session) GetSessionId() string {
@@ -3344,7 +3434,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3446,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3459,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -3394,7 +3484,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +3496,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +3509,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 type GetSessionRequest struct {
@@ -3431,7 +3521,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3443,7 +3533,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3456,7 +3546,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -3475,7 +3565,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3577,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3590,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -3521,7 +3611,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3623,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3636,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -3582,7 +3672,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3684,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3697,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -3634,7 +3724,7 @@ type WatchSessionNotificationsRequest struct {
 
 func (x *WatchSessionNotificationsRequest) Reset() {
 	*x = WatchSessionNotificationsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3736,7 @@ func (x *WatchSessionNotificationsRequest) String() string {
 func (*WatchSessionNotificationsRequest) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3749,7 @@ func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionNotificationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchSessionNotificationsRequest) GetGateway() string {
@@ -3684,7 +3774,7 @@ type WatchSessionNotificationsResponse struct {
 
 func (x *WatchSessionNotificationsResponse) Reset() {
 	*x = WatchSessionNotificationsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3786,7 @@ func (x *WatchSessionNotificationsResponse) String() string {
 func (*WatchSessionNotificationsResponse) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3799,7 @@ func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use WatchSessionNotificationsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchSessionNotificationsResponse) GetSessions() []string {
@@ -3754,7 +3844,7 @@ type SubscribeResourceRequest struct {
 
 func (x *SubscribeResourceRequest) Reset() {
 	*x = SubscribeResourceRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3766,7 +3856,7 @@ func (x *SubscribeResourceRequest) String() string {
 func (*SubscribeResourceRequest) ProtoMessage() {}
 
 func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3779,7 +3869,7 @@ func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SubscribeResourceRequest) GetSession() string {
@@ -3818,7 +3908,7 @@ type SubscribeResourceResponse struct {
 
 func (x *SubscribeResourceResponse) Reset() {
 	*x = SubscribeResourceResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3920,7 @@ func (x *SubscribeResourceResponse) String() string {
 func (*SubscribeResourceResponse) ProtoMessage() {}
 
 func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3933,7 @@ func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 // SetTaskInputRequest is a worker's change to what its task's call waits
@@ -3861,7 +3951,7 @@ type SetTaskInputRequest struct {
 
 func (x *SetTaskInputRequest) Reset() {
 	*x = SetTaskInputRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3963,7 @@ func (x *SetTaskInputRequest) String() string {
 func (*SetTaskInputRequest) ProtoMessage() {}
 
 func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +3976,7 @@ func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputRequest.ProtoReflect.Descriptor instead.
 func (*SetTaskInputRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetTaskInputRequest) GetCall() *CallRef {
@@ -3918,7 +4008,7 @@ type SetTaskInputResponse struct {
 
 func (x *SetTaskInputResponse) Reset() {
 	*x = SetTaskInputResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3930,7 +4020,7 @@ func (x *SetTaskInputResponse) String() string {
 func (*SetTaskInputResponse) ProtoMessage() {}
 
 func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3943,7 +4033,7 @@ func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputResponse.ProtoReflect.Descriptor instead.
 func (*SetTaskInputResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
@@ -4133,7 +4223,11 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\v2\x15.mcpcancel.v1.CallKeyH\x00R\x03keyB\b\n" +
 	"\x06target\"9\n" +
 	"\x0fGetCallResponse\x12&\n" +
-	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"\x8c\x03\n" +
+	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\"1\n" +
+	"\x14GetCallStatesRequest\x12\x19\n" +
+	"\bcall_ids\x18\x01 \x03(\tR\acallIds\"H\n" +
+	"\x15GetCallStatesResponse\x12/\n" +
+	"\x06states\x18\x01 \x03(\x0e2\x17.mcpcancel.v1.CallStateR\x06states\"\x8c\x03\n" +
 	"\x10ListAuditRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
@@ -4226,7 +4320,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\x98\x11\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xf2\x11\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12B\n" +
 	"\x05Start\x12\x1a.mcpcancel.v1.StartRequest\x1a\x1b.mcpcancel.v1.StartResponse0\x01\x12C\n" +
@@ -4237,7 +4331,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06Attach\x12\x1b.mcpcancel.v1.AttachRequest\x1a\x1c.mcpcancel.v1.AttachResponse(\x010\x01\x12R\n" +
 	"\vListWorkers\x12 .mcpcancel.v1.ListWorkersRequest\x1a!.mcpcancel.v1.ListWorkersResponse\x12L\n" +
 	"\tListTools\x12\x1e.mcpcancel.v1.ListToolsRequest\x1a\x1f.mcpcancel.v1.ListToolsResponse\x12F\n" +
-	"\aGetCall\x12\x1c.mcpcancel.v1.GetCallRequest\x1a\x1d.mcpcancel.v1.GetCallResponse\x12L\n" +
+	"\aGetCall\x12\x1c.mcpcancel.v1.GetCallRequest\x1a\x1d.mcpcancel.v1.GetCallResponse\x12X\n" +
+	"\rGetCallStates\x12\".mcpcancel.v1.GetCallStatesRequest\x1a#.mcpcancel.v1.GetCallStatesResponse\x12L\n" +
 	"\tListAudit\x12\x1e.mcpcancel.v1.ListAuditRequest\x1a\x1f.mcpcancel.v1.ListAuditResponse\x12Q\n" +
 	"\n" +
 	"WatchAudit\x12\x1f.mcpcancel.v1.WatchAuditRequest\x1a .mcpcancel.v1.WatchAuditResponse0\x01\x12Q\n" +
@@ -4276,7 +4371,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
@@ -4315,85 +4410,87 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*ListToolsResponse)(nil),                 // 34: mcpcancel.v1.ListToolsResponse
 	(*GetCallRequest)(nil),                    // 35: mcpcancel.v1.GetCallRequest
 	(*GetCallResponse)(nil),                   // 36: mcpcancel.v1.GetCallResponse
-	(*ListAuditRequest)(nil),                  // 37: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),                 // 38: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),                 // 39: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),                // 40: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),                 // 41: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                // 42: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),                // 43: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),               // 44: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),                           // 45: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),                // 46: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),               // 47: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),                 // 48: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),                // 49: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),               // 50: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),              // 51: mcpcancel.v1.CloseSessionResponse
-	(*WatchSessionNotificationsRequest)(nil),  // 52: mcpcancel.v1.WatchSessionNotificationsRequest
-	(*WatchSessionNotificationsResponse)(nil), // 53: mcpcancel.v1.WatchSessionNotificationsResponse
-	(*SubscribeResourceRequest)(nil),          // 54: mcpcancel.v1.SubscribeResourceRequest
-	(*SubscribeResourceResponse)(nil),         // 55: mcpcancel.v1.SubscribeResourceResponse
-	(*SetTaskInputRequest)(nil),               // 56: mcpcancel.v1.SetTaskInputRequest
-	(*SetTaskInputResponse)(nil),              // 57: mcpcancel.v1.SetTaskInputResponse
-	nil,                                       // 58: mcpcancel.v1.CompleteCall.TraceContextEntry
-	(*CallKey)(nil),                           // 59: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),               // 60: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),             // 61: google.protobuf.Timestamp
-	(Initiator)(0),                            // 62: mcpcancel.v1.Initiator
-	(*ChildRequest)(nil),                      // 63: mcpcancel.v1.ChildRequest
-	(*Tool)(nil),                              // 64: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 65: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 66: mcpcancel.v1.Features
-	(CallState)(0),                            // 67: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 68: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 69: mcpcancel.v1.AuditRecord
-	(*TaskInput)(nil),                         // 70: mcpcancel.v1.TaskInput
-	(*CreateTaskRequest)(nil),                 // 71: mcpcancel.v1.CreateTaskRequest
-	(*GetTaskRequest)(nil),                    // 72: mcpcancel.v1.GetTaskRequest
-	(*WaitTaskRequest)(nil),                   // 73: mcpcancel.v1.WaitTaskRequest
-	(*ListTasksRequest)(nil),                  // 74: mcpcancel.v1.ListTasksRequest
-	(*CancelTaskRequest)(nil),                 // 75: mcpcancel.v1.CancelTaskRequest
-	(*WatchTaskRequest)(nil),                  // 76: mcpcancel.v1.WatchTaskRequest
-	(*UpdateTaskRequest)(nil),                 // 77: mcpcancel.v1.UpdateTaskRequest
-	(*CreateTaskResponse)(nil),                // 78: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 79: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 80: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 81: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 82: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 83: mcpcancel.v1.WatchTaskResponse
-	(*UpdateTaskResponse)(nil),                // 84: mcpcancel.v1.UpdateTaskResponse
+	(*GetCallStatesRequest)(nil),              // 37: mcpcancel.v1.GetCallStatesRequest
+	(*GetCallStatesResponse)(nil),             // 38: mcpcancel.v1.GetCallStatesResponse
+	(*ListAuditRequest)(nil),                  // 39: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),                 // 40: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),                 // 41: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),                // 42: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),                 // 43: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                // 44: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),                // 45: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),               // 46: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),                           // 47: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),                // 48: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),               // 49: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),                 // 50: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),                // 51: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),               // 52: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),              // 53: mcpcancel.v1.CloseSessionResponse
+	(*WatchSessionNotificationsRequest)(nil),  // 54: mcpcancel.v1.WatchSessionNotificationsRequest
+	(*WatchSessionNotificationsResponse)(nil), // 55: mcpcancel.v1.WatchSessionNotificationsResponse
+	(*SubscribeResourceRequest)(nil),          // 56: mcpcancel.v1.SubscribeResourceRequest
+	(*SubscribeResourceResponse)(nil),         // 57: mcpcancel.v1.SubscribeResourceResponse
+	(*SetTaskInputRequest)(nil),               // 58: mcpcancel.v1.SetTaskInputRequest
+	(*SetTaskInputResponse)(nil),              // 59: mcpcancel.v1.SetTaskInputResponse
+	nil,                                       // 60: mcpcancel.v1.CompleteCall.TraceContextEntry
+	(*CallKey)(nil),                           // 61: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 62: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 63: google.protobuf.Timestamp
+	(Initiator)(0),                            // 64: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 65: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 66: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 67: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 68: mcpcancel.v1.Features
+	(CallState)(0),                            // 69: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 70: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 71: mcpcancel.v1.AuditRecord
+	(*TaskInput)(nil),                         // 72: mcpcancel.v1.TaskInput
+	(*CreateTaskRequest)(nil),                 // 73: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 74: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 75: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 76: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 77: mcpcancel.v1.CancelTaskRequest
+	(*WatchTaskRequest)(nil),                  // 78: mcpcancel.v1.WatchTaskRequest
+	(*UpdateTaskRequest)(nil),                 // 79: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 80: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 81: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 82: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 83: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 84: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 85: mcpcancel.v1.WatchTaskResponse
+	(*UpdateTaskResponse)(nil),                // 86: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	59,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	60,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	61,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	60,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	61,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	62,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	63,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	62,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
 	2,   // 4: mcpcancel.v1.StartRequest.begin:type_name -> mcpcancel.v1.BeginRequest
 	3,   // 5: mcpcancel.v1.StartResponse.placed:type_name -> mcpcancel.v1.BeginResponse
 	6,   // 6: mcpcancel.v1.StartResponse.begun:type_name -> mcpcancel.v1.Begun
-	59,  // 7: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	61,  // 7: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	8,   // 8: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	62,  // 9: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	61,  // 10: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	63,  // 11: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	64,  // 9: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	63,  // 10: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	65,  // 11: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	0,   // 12: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	62,  // 13: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	64,  // 13: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	8,   // 14: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	61,  // 15: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	63,  // 16: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	63,  // 15: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	65,  // 16: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,   // 17: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	62,  // 18: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	64,  // 18: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	8,   // 19: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	62,  // 20: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	61,  // 21: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	63,  // 22: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	64,  // 20: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	63,  // 21: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	65,  // 22: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,   // 23: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	62,  // 24: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	59,  // 25: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	62,  // 26: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	64,  // 24: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	61,  // 25: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	64,  // 26: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
 	1,   // 27: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
-	62,  // 28: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	64,  // 28: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	17,  // 29: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
 	18,  // 30: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
 	21,  // 31: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
@@ -4402,109 +4499,112 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	23,  // 34: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	19,  // 35: mcpcancel.v1.AttachRequest.complete:type_name -> mcpcancel.v1.CompleteCall
 	26,  // 36: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	64,  // 37: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	65,  // 38: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	66,  // 39: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	61,  // 40: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	66,  // 37: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	67,  // 38: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	68,  // 39: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	63,  // 40: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
 	10,  // 41: mcpcancel.v1.CompleteCall.request:type_name -> mcpcancel.v1.CompleteRequest
-	58,  // 42: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
+	60,  // 42: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
 	11,  // 43: mcpcancel.v1.CompleteReply.response:type_name -> mcpcancel.v1.CompleteResponse
-	64,  // 44: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	65,  // 45: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	66,  // 46: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	66,  // 44: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	67,  // 45: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	68,  // 46: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
 	28,  // 47: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
 	29,  // 48: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
 	23,  // 49: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	20,  // 50: mcpcancel.v1.AttachResponse.completed:type_name -> mcpcancel.v1.CompleteReply
 	27,  // 51: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	60,  // 52: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	60,  // 53: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	67,  // 54: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	62,  // 55: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	62,  // 52: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	62,  // 53: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	69,  // 54: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	64,  // 55: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
 	32,  // 56: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	64,  // 57: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	65,  // 58: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	66,  // 59: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	64,  // 60: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	65,  // 61: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	66,  // 62: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	59,  // 63: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	68,  // 64: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	61,  // 65: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	62,  // 66: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	61,  // 67: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	69,  // 68: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	61,  // 69: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	69,  // 70: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	64,  // 71: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	65,  // 72: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	66,  // 73: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	62,  // 74: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	61,  // 75: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	45,  // 76: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	60,  // 77: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	45,  // 78: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	8,   // 79: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
-	70,  // 80: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
-	2,   // 81: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,   // 82: mcpcancel.v1.CoordinatorService.Start:input_type -> mcpcancel.v1.StartRequest
-	7,   // 83: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	10,  // 84: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	12,  // 85: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	14,  // 86: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
-	16,  // 87: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	30,  // 88: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	33,  // 89: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	35,  // 90: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	37,  // 91: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	39,  // 92: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	41,  // 93: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	43,  // 94: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	46,  // 95: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	48,  // 96: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	50,  // 97: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	52,  // 98: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	54,  // 99: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	71,  // 100: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	72,  // 101: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	73,  // 102: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	74,  // 103: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	75,  // 104: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	76,  // 105: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
-	56,  // 106: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
-	77,  // 107: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
-	3,   // 108: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	5,   // 109: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
-	9,   // 110: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	11,  // 111: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	13,  // 112: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	15,  // 113: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
-	25,  // 114: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	31,  // 115: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	34,  // 116: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	36,  // 117: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	38,  // 118: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	40,  // 119: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	42,  // 120: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	44,  // 121: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	47,  // 122: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	49,  // 123: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	51,  // 124: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	53,  // 125: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	55,  // 126: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	78,  // 127: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	79,  // 128: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	80,  // 129: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	81,  // 130: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	82,  // 131: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	83,  // 132: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	57,  // 133: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
-	84,  // 134: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
-	108, // [108:135] is the sub-list for method output_type
-	81,  // [81:108] is the sub-list for method input_type
-	81,  // [81:81] is the sub-list for extension type_name
-	81,  // [81:81] is the sub-list for extension extendee
-	0,   // [0:81] is the sub-list for field type_name
+	66,  // 57: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	67,  // 58: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	68,  // 59: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	66,  // 60: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	67,  // 61: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	68,  // 62: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	61,  // 63: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	70,  // 64: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	69,  // 65: mcpcancel.v1.GetCallStatesResponse.states:type_name -> mcpcancel.v1.CallState
+	63,  // 66: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	64,  // 67: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	63,  // 68: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	71,  // 69: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	63,  // 70: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	71,  // 71: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	66,  // 72: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	67,  // 73: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	68,  // 74: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	64,  // 75: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	63,  // 76: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	47,  // 77: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	62,  // 78: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	47,  // 79: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	8,   // 80: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
+	72,  // 81: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
+	2,   // 82: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,   // 83: mcpcancel.v1.CoordinatorService.Start:input_type -> mcpcancel.v1.StartRequest
+	7,   // 84: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	10,  // 85: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	12,  // 86: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	14,  // 87: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
+	16,  // 88: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	30,  // 89: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	33,  // 90: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	35,  // 91: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	37,  // 92: mcpcancel.v1.CoordinatorService.GetCallStates:input_type -> mcpcancel.v1.GetCallStatesRequest
+	39,  // 93: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	41,  // 94: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	43,  // 95: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	45,  // 96: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	48,  // 97: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	50,  // 98: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	52,  // 99: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	54,  // 100: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	56,  // 101: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	73,  // 102: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	74,  // 103: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	75,  // 104: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	76,  // 105: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	77,  // 106: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	78,  // 107: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	58,  // 108: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
+	79,  // 109: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,   // 110: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	5,   // 111: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
+	9,   // 112: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	11,  // 113: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	13,  // 114: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	15,  // 115: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
+	25,  // 116: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	31,  // 117: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	34,  // 118: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	36,  // 119: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	38,  // 120: mcpcancel.v1.CoordinatorService.GetCallStates:output_type -> mcpcancel.v1.GetCallStatesResponse
+	40,  // 121: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	42,  // 122: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	44,  // 123: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	46,  // 124: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	49,  // 125: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	51,  // 126: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	53,  // 127: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	55,  // 128: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	57,  // 129: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	80,  // 130: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	81,  // 131: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	82,  // 132: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	83,  // 133: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	84,  // 134: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	85,  // 135: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	59,  // 136: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	86,  // 137: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	110, // [110:138] is the sub-list for method output_type
+	82,  // [82:110] is the sub-list for method input_type
+	82,  // [82:82] is the sub-list for extension type_name
+	82,  // [82:82] is the sub-list for extension extendee
+	0,   // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -4550,7 +4650,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

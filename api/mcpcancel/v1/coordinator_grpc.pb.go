@@ -29,6 +29,7 @@ const (
 	CoordinatorService_ListWorkers_FullMethodName               = "/mcpcancel.v1.CoordinatorService/ListWorkers"
 	CoordinatorService_ListTools_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListTools"
 	CoordinatorService_GetCall_FullMethodName                   = "/mcpcancel.v1.CoordinatorService/GetCall"
+	CoordinatorService_GetCallStates_FullMethodName             = "/mcpcancel.v1.CoordinatorService/GetCallStates"
 	CoordinatorService_ListAudit_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/ListAudit"
 	CoordinatorService_WatchAudit_FullMethodName                = "/mcpcancel.v1.CoordinatorService/WatchAudit"
 	CoordinatorService_WatchTools_FullMethodName                = "/mcpcancel.v1.CoordinatorService/WatchTools"
@@ -92,6 +93,9 @@ type CoordinatorServiceClient interface {
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 	// GetCall returns one call record.
 	GetCall(ctx context.Context, in *GetCallRequest, opts ...grpc.CallOption) (*GetCallResponse, error)
+	// GetCallStates returns the states of many calls by id in one read (a
+	// gateway's quiet-stream probes, batched).
+	GetCallStates(ctx context.Context, in *GetCallStatesRequest, opts ...grpc.CallOption) (*GetCallStatesResponse, error)
 	// ListAudit lists audit records, oldest first.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 	// WatchAudit streams audit records as decisions are made.
@@ -255,6 +259,16 @@ func (c *coordinatorServiceClient) GetCall(ctx context.Context, in *GetCallReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetCallResponse)
 	err := c.cc.Invoke(ctx, CoordinatorService_GetCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorServiceClient) GetCallStates(ctx context.Context, in *GetCallStatesRequest, opts ...grpc.CallOption) (*GetCallStatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCallStatesResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_GetCallStates_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -511,6 +525,9 @@ type CoordinatorServiceServer interface {
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	// GetCall returns one call record.
 	GetCall(context.Context, *GetCallRequest) (*GetCallResponse, error)
+	// GetCallStates returns the states of many calls by id in one read (a
+	// gateway's quiet-stream probes, batched).
+	GetCallStates(context.Context, *GetCallStatesRequest) (*GetCallStatesResponse, error)
 	// ListAudit lists audit records, oldest first.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	// WatchAudit streams audit records as decisions are made.
@@ -597,6 +614,9 @@ func (UnimplementedCoordinatorServiceServer) ListTools(context.Context, *ListToo
 }
 func (UnimplementedCoordinatorServiceServer) GetCall(context.Context, *GetCallRequest) (*GetCallResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCall not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) GetCallStates(context.Context, *GetCallStatesRequest) (*GetCallStatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCallStates not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
@@ -828,6 +848,24 @@ func _CoordinatorService_GetCall_Handler(srv interface{}, ctx context.Context, d
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServiceServer).GetCall(ctx, req.(*GetCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CoordinatorService_GetCallStates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCallStatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).GetCallStates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_GetCallStates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).GetCallStates(ctx, req.(*GetCallStatesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1148,6 +1186,10 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCall",
 			Handler:    _CoordinatorService_GetCall_Handler,
+		},
+		{
+			MethodName: "GetCallStates",
+			Handler:    _CoordinatorService_GetCallStates_Handler,
 		},
 		{
 			MethodName: "ListAudit",
