@@ -145,18 +145,20 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "session closed"
+	}
 	octx, cancel := s.opCtx(ctx)
 	_, err = s.cli.Txn(octx).Then(
 		clientv3.OpDelete(s.keys.session(rec.SessionID)),
-		clientv3.OpPut(s.keys.sessionClosed(SessionScopePrefix+rec.SessionID), "", clientv3.WithLease(lease)),
+		// It names why: a call that ran before its record is recorded
+		// with it (start.go).
+		clientv3.OpPut(s.keys.sessionClosed(SessionScopePrefix+rec.SessionID), SanitizeReason(reason), clientv3.WithLease(lease)),
 	).Commit()
 	cancel()
 	if err != nil {
 		return nil, toStatus(etcdErr(octx, "close session", err))
-	}
-	reason := req.GetReason()
-	if reason == "" {
-		reason = "session closed"
 	}
 	ids, err := s.cancelScope(ctx, SessionScopePrefix+rec.SessionID, rec.Principal, decision{
 		state: stateCancelled, initiator: "disconnect", reason: SanitizeReason(reason),

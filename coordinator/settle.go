@@ -135,7 +135,7 @@ func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 			d.task.expired = true // its result has nowhere to go; the decision stands
 			continue
 		}
-		if errors.Is(err, errIndexMoved) {
+		if errors.Is(err, errCreateAgain) {
 			continue
 		}
 		if err != nil || cur == nil {

@@ -32,7 +32,8 @@ type placement struct {
 	Index     string      `json:"index"`      // its index key
 	WorkerRev int64       `json:"worker_rev"` // the worker key's create revision it was placed under
 
-	reuse int64 // the index revision a created record replaces: 0, or a settled call's
+	reuse  int64  // the index revision a created record replaces: 0, or a settled call's
+	closed string // the session was closed, for this reason: the record is the close's
 }
 
 // Start implements CoordinatorService.Start.
@@ -227,18 +228,26 @@ func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, 
 	return &rec, nil, nil
 }
 
-// errIndexMoved says a created record's guard found the request id's
-// index changed; the decision reads it again.
-var errIndexMoved = errors.New("coordinator: index moved")
+// errCreateAgain says a created record's guard found the request id's
+// index changed, or the session closed; the decision is made again.
+var errCreateAgain = errors.New("coordinator: create the record again")
 
 // createTxn decides a placed call that has no record yet: it creates the
 // record already settled, with its index and audit record, under the
 // guards the Begin would have met (the call and the request id free, the
-// Begin not abandoned, the session not closed, and, for a completion,
-// the worker still the one it was placed on). It returns nil if it won,
-// else the call's record, written meanwhile.
+// Begin not abandoned, and, for a completion, the worker still the one it
+// was placed on). It returns nil if it won, else the call's record,
+// written meanwhile.
+//
+// A call whose session was closed while it ran before its record (a 2025
+// session deleted, say) is recorded as the close would have decided it
+// had it been begun: cancelled by the disconnect, whatever d says; d
+// then loses to that.
 func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*mvccpb.KeyValue, error) {
 	pl := rec.placed
+	if pl.closed != "" {
+		d = decision{state: stateCancelled, initiator: InitiatorName(pb.Initiator_INITIATOR_DISCONNECT), reason: pl.closed, children: d.children}
+	}
 	lease, err := s.retention.lease(ctx)
 	if err != nil {
 		return nil, err
@@ -255,7 +264,9 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 		guard, // the call key's absence
 		clientv3.Compare(clientv3.ModRevision(pl.Index), "=", pl.reuse),
 		clientv3.Compare(clientv3.CreateRevision(abandoned), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
+	}
+	if pl.closed == "" {
+		guards = append(guards, clientv3.Compare(clientv3.CreateRevision(closed), "=", 0))
 	}
 	if d.state == stateCompleted {
 		guards = append(guards, clientv3.Compare(clientv3.CreateRevision(wk), "=", pl.WorkerRev))
@@ -269,7 +280,7 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 		clientv3.OpGet(ck),
 		clientv3.OpGet(pl.Index),
 		clientv3.OpGet(abandoned, clientv3.WithKeysOnly()),
-		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
+		clientv3.OpGet(closed),
 		clientv3.OpGet(wk, clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
@@ -281,6 +292,10 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 	if resp.Succeeded {
 		s.metrics.decided(d.state, d.initiator, 1)
 		s.metrics.createdSettled.Inc()
+		if pl.closed != "" { // the close's decision, not the caller's
+			rev := resp.Header.Revision
+			return &mvccpb.KeyValue{Key: []byte(ck), Value: []byte(encode(next)), CreateRevision: rev, ModRevision: rev}, nil
+		}
 		return nil, nil
 	}
 	got := func(i int) []*mvccpb.KeyValue { return resp.Responses[i].GetResponseRange().Kvs }
@@ -290,7 +305,11 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 	case len(got(2)) > 0:
 		return nil, fmt.Errorf("%w: call %s: its Begin was abandoned", ErrUnknownCall, rec.CallID)
 	case len(got(3)) > 0:
-		return nil, fmt.Errorf("%w: scope %s", ErrSessionClosed, rec.Scope)
+		pl.closed = string(got(3)[0].Value)
+		if pl.closed == "" {
+			pl.closed = "session closed" // a tombstone that names no reason
+		}
+		return nil, errCreateAgain
 	case d.state == stateCompleted && (len(got(4)) == 0 || got(4)[0].CreateRevision != pl.WorkerRev):
 		return nil, fmt.Errorf("%w: its worker %s left before call %s was recorded", ErrUnknownCall, rec.Worker, rec.CallID)
 	}
@@ -301,7 +320,7 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 	} else {
 		pl.reuse = 0
 	}
-	return nil, errIndexMoved
+	return nil, errCreateAgain
 }
 
 // maxRecordWaits bounds the cancels waiting at once for a record that may

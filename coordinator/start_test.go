@@ -341,3 +341,38 @@ func TestGetCallStates(t *testing.T) {
 		}
 	}
 }
+
+// A session closed while its call ran before its record (a 2025 session
+// deleted): the Begin is refused, and the gateway's decision by placement
+// records the call as the close would have had it been begun, cancelled
+// by the disconnect with the close's reason; the gateway's Fail loses to
+// that.
+func TestSessionClosedBeforeTheRecord(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	const sid = "9f0e2d7c1b3a4f5e"
+	if _, err := e.c.OpenSession(t.Context(), &pb.OpenSessionRequest{Session: &pb.Session{SessionId: sid, Principal: "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	k := key("session:"+sid, num(1))
+	var placed *pb.BeginResponse
+	_, err := e.coords[0].Server.StartPaused(t.Context(), startReq(k, "hold"), func(p *pb.BeginResponse) {
+		placed = p
+		if _, err := e.c.CloseSession(t.Context(), &pb.CloseSessionRequest{SessionId: sid, Principal: "alice", Reason: "session deleted by the client"}); err != nil {
+			t.Error(err)
+		}
+	})
+	if !errors.Is(err, coordinator.ErrSessionClosed) {
+		t.Fatalf("start: %v, want the session closed", err)
+	}
+	got, err := e.c.Fail(t.Context(), &pb.FailRequest{Call: placementRef(placed), Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "could not confirm the record"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Result != pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED || got.WinnerInitiator != pb.Initiator_INITIATOR_DISCONNECT || got.WinnerReason != "session deleted by the client" {
+		t.Fatalf("fail = %v, want ALREADY_CANCELLED by the disconnect", got)
+	}
+	as := e.audits(t, placed.CallId)
+	if len(as) != 1 || as[0].Outcome != "cancelled" || as[0].Initiator != "disconnect" || as[0].Reason != "session deleted by the client" {
+		t.Fatalf("audit = %+v, want one cancelled by the disconnect", as)
+	}
+}

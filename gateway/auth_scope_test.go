@@ -49,7 +49,7 @@ func TestCannotCancelAnotherClientsCall(t *testing.T) {
 	}
 	sa, sb, sb2 := session("tok-a"), session("tok-b"), session("tok-a")
 	done := startCallAs(t, url, "tok-a", sa, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
-	waitFor(t, "A's call to run", func() bool { return workerInFlight(st)() == 1 })
+	waitRecorded(t, st.c, "session:"+sa, 1)
 	before := st.revision(t)
 	attempts := []struct {
 		name, token, session string

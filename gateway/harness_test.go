@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -257,4 +258,19 @@ func requestIDOf(msgs []wireMsg, tool string) any {
 		}
 	}
 	return nil
+}
+
+// waitRecorded waits until the calls with these numeric ids in scope have
+// durable records, still running. A call runs beside its Begin, so its
+// handler running says nothing of its record; a test that counts etcd
+// writes or coordinator RPCs from some moment on waits for this first.
+func waitRecorded(t *testing.T, c pb.CoordinatorServiceClient, scope string, ids ...int64) {
+	t.Helper()
+	for _, id := range ids {
+		waitFor(t, fmt.Sprintf("call %d's record", id), func() bool {
+			got, err := c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{
+				Key: &pb.CallKey{Scope: scope, RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: id}}}}})
+			return err == nil && got.GetCall().GetState() == pb.CallState_CALL_STATE_RUNNING
+		})
+	}
 }

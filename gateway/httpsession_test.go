@@ -46,6 +46,7 @@ func TestDeleteCancelsEachCallOnce(t *testing.T) {
 	for i := range calls {
 		done = append(done, startCall(t, url, sid, i, "hold", map[string]any{}, nil))
 	}
+	waitRecorded(t, c, "session:"+sid, 0, 1, 2) // recorded, so the close cancels them itself
 	waitFor(t, "the calls to run", func() bool {
 		resp, err := c.ListWorkers(t.Context(), nil)
 		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == calls

@@ -6,7 +6,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/gateway"
 )
 
@@ -164,11 +163,7 @@ func TestBogusCancelFlood(t *testing.T) {
 	done := startCall(t, st.urls[0], victim, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
 	// Wait for Begin to have committed, not merely for the call to run
 	// (it runs beside its Begin), or its write lands inside the window.
-	waitFor(t, "the call's record", func() bool {
-		got, err := st.c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_Key{
-			Key: &pb.CallKey{Scope: "session:" + victim, RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: 1}}}}})
-		return err == nil && got.GetCall().GetState() == pb.CallState_CALL_STATE_RUNNING
-	})
+	waitRecorded(t, st.c, "session:"+victim, 1)
 	before := st.revision(t)
 	const flood = 1000
 	for i := range flood {
