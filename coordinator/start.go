@@ -218,6 +218,14 @@ func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, 
 		}
 		return rec, kvs[0], nil
 	}
+	// A record is created only while the call could still be running: a
+	// decision that comes later (a worker's settle retried past its
+	// deadline on a half-dead link, found by the robustness soak) would
+	// outlive what guards the creation (the abandonment's lease, the
+	// record's own retention) and could record the call again.
+	if s.now().After(pl.Call.Deadline.Add(s.opts.LeaseTTL)) {
+		return nil, nil, fmt.Errorf("%w: call %s has no record and is past its deadline", ErrUnknownCall, pl.Call.CallID)
+	}
 	rec := *pl.Call
 	rec.placed = pl
 	if ikv := resp.Responses[1].GetResponseRange().Kvs; len(ikv) > 0 {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -374,5 +377,42 @@ func TestSessionClosedBeforeTheRecord(t *testing.T) {
 	as := e.audits(t, placed.CallId)
 	if len(as) != 1 || as[0].Outcome != "cancelled" || as[0].Initiator != "disconnect" || as[0].Reason != "session deleted by the client" {
 		t.Fatalf("audit = %+v, want one cancelled by the disconnect", as)
+	}
+}
+
+// A decision by placement that comes after its call's deadline (and the
+// lease TTL) creates nothing: by then what guards the creation may have
+// expired (here the record and its index, deleted as retention would),
+// and the call would be recorded a second time.
+func TestNoRecordCreatedPastTheDeadline(t *testing.T) {
+	var ahead atomic.Int64 // how far the coordinator's clock runs ahead
+	e := newEnv(t, envOptions{replicas: 2, coord: coordinator.Options{LeaseTTL: time.Second,
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }}})
+	b := e.coords[1].Client(t)
+	k := key("conn:late", num(1))
+	req := startReq(k, "hold")
+	req.Timeout = durationpb.New(2 * time.Second)
+	var placed *pb.BeginResponse
+	_, err := e.coords[0].Server.StartPaused(t.Context(), req, func(p *pb.BeginResponse) {
+		placed = p
+		if _, err := b.Fail(t.Context(), &pb.FailRequest{Call: placementRef(p), Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "gateway lost"}); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []string{"calls/" + placed.CallId, "index/conn:late/n:1"} {
+		if _, err := e.cli.Delete(t.Context(), prefix+kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead.Store(int64(4 * time.Second)) // past the deadline and the TTL
+	_, err = b.Complete(t.Context(), &pb.CompleteRequest{Call: placementRef(placed)})
+	if !client.Is(err, client.ErrUnknownCall) {
+		t.Fatalf("a completion by placement past the deadline: %v, want UNKNOWN_CALL", err)
+	}
+	if calls, _, _ := recordKeys(t, e, placed.CallId); calls != 0 {
+		t.Fatal("the call was recorded again")
 	}
 }

@@ -67,8 +67,9 @@ func (s *starter) answered() {
 // started is the rest of a Start stream once the call is placed: its
 // Begun message, or the error that ends it.
 type started struct {
-	stream grpc.ServerStreamingClient[pb.StartResponse]
-	cancel context.CancelFunc
+	stream  grpc.ServerStreamingClient[pb.StartResponse]
+	cancel  context.CancelFunc
+	beginID string
 }
 
 // begin places the call. Beside the work (Start) it returns with the
@@ -111,7 +112,7 @@ func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, *started, er
 		cancel()
 		return placed, nil, nil // recorded first: a worker or tool that needs it
 	}
-	return placed, &started{stream: stream, cancel: cancel}, nil
+	return placed, &started{stream: stream, cancel: cancel, beginID: beginID}, nil
 }
 
 // awaitRecord waits for the record of a call begun beside its work, then
@@ -138,7 +139,7 @@ func (c *call) awaitRecord(st *started, begun *pb.BeginResponse) {
 	c.s.g.log.Warn("a call's record could not be confirmed; failing it", "scope", c.s.scope, "call", begun.GetCallId(), "err", err)
 	// Its outcome goes to the client before anything the worker sends
 	// about it: the Execute stream's end waits for the hold.
-	c.hold.during(func() { c.failUnrecorded(begun, err) })
+	c.hold.during(func() { c.failUnrecorded(begun, st.beginID, err) })
 	c.recorded() // what it held goes out if a decision stands, else nowhere
 }
 
@@ -156,7 +157,7 @@ func (c *call) hasRecord(callID string) bool {
 // failUnrecorded fails a call whose Start ended without saying its record
 // is written, by its placement (creating the record if need be), and
 // answers the client as the decision says.
-func (c *call) failUnrecorded(begun *pb.BeginResponse, cause error) {
+func (c *call) failUnrecorded(begun *pb.BeginResponse, beginID string, cause error) {
 	g := c.s.g
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
@@ -166,10 +167,13 @@ func (c *call) failUnrecorded(begun *pb.BeginResponse, cause error) {
 	})
 	switch {
 	case err != nil:
-		// Undecided: the client is told it failed, and nothing of the
-		// call was shown. Should the record appear after all, its
-		// worker's decision or the janitor settles it.
-		g.log.Error("cannot record a call whose Begin failed", "call", begun.GetCallId(), "err", err)
+		// Undecided (its request id in use by another call, say): the
+		// client is told it failed, and nothing of the call was shown.
+		// Abandoning its Begin keeps any later decision by placement
+		// (its worker's) from recording it; one that committed after all
+		// is failed by the abandonment.
+		g.log.Warn("cannot record a call whose Begin failed; abandoning it", "call", begun.GetCallId(), "err", err)
+		c.abandonBegin(beginID)
 		c.stopped(c.notStarted(cause))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_WON:
 		c.stopped(c.notStarted(cause))
