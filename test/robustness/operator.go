@@ -21,7 +21,8 @@ import (
 
 // operator is the harness's own coordinator client, for the model check
 // (issue 22): two loops issue Begin (half of them named, and abandoned
-// when their outcome is unknown, as a gateway does), retry Begin,
+// when their outcome is unknown, as a gateway does), Start (start.go:
+// decisions by placement and AbandonBegin racing its Begin), retry Begin,
 // AbandonBegin, Cancel by key and by reference, Complete and Fail (as the
 // call's worker would), GetCall and CancelScope on scopes of their own,
 // and a third the task RPCs (below),
@@ -130,8 +131,10 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 	mk := linearize.Key(k)
 	b := op.pick(r, mk)
 	switch x := r.IntN(100); {
-	case x < 25 || b == nil:
+	case x < 12 || b == nil:
 		op.begin(ctx, r, cl, mk, op.beginRequest(k, ""))
+	case x < 25:
+		op.startCall(ctx, r, cl, k)
 	case x < 30:
 		op.begin(ctx, r, cl, mk, op.beginRequest(k, b.CallId))
 	case x < 45:
@@ -214,14 +217,7 @@ func (op *operator) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorSe
 	if req.BeginId == "" || !linearize.BeginOutcomeUnknown(err) {
 		return
 	}
-	for try := range 3 {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		_, err := op.clients[(r.IntN(len(op.clients))+try)%len(op.clients)].AbandonBegin(actx, abandonRequest(req.Key, req.BeginId))
-		cancel()
-		if err == nil {
-			return
-		}
-	}
+	op.abandon(ctx, r, req.Key, req.BeginId)
 }
 
 func abandonRequest(k *pb.CallKey, beginID string) *pb.AbandonBeginRequest {
@@ -229,8 +225,14 @@ func abandonRequest(k *pb.CallKey, beginID string) *pb.AbandonBeginRequest {
 		Reason: "the operator lost Begin's reply"}
 }
 
+// callRef names b's call: by fence, or by placement while its fence is
+// not known (a Start not answered begun, or answered settled).
 func callRef(b *pb.BeginResponse) *pb.CallRef {
-	return &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}
+	ref := &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}
+	if b.Fence == 0 {
+		ref.Placement = b.Placement
+	}
+	return ref
 }
 
 // pick returns a call placed under the key (mostly the latest), or nil.

@@ -60,6 +60,12 @@ type linSummary struct {
 	Unknown    int    `json:"unknown_outcomes"`
 	CheckTime  string `json:"check_time"`
 	Result     string `json:"result"`
+	// Starts are the operator's Starts, StartsSettled those whose Begin
+	// found a decision had created the record, ByPlacement its decisions
+	// by placement.
+	Starts        int `json:"starts"`
+	StartsSettled int `json:"starts_settled"`
+	ByPlacement   int `json:"decisions_by_placement"`
 }
 
 const (
@@ -153,7 +159,8 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	}
 	s := summarize(h, in.Counts(), vs, o.Seed)
 	s.Linearizability = linSummary{Operations: lin.Operations, Partitions: lin.Partitions, Unknown: lin.Unknown,
-		CheckTime: lin.Took.String(), Result: string(lin.Result)}
+		CheckTime: lin.Took.String(), Result: string(lin.Result),
+		Starts: lin.Starts, StartsSettled: lin.StartsSettled, ByPlacement: lin.ByPlacement}
 	s.FaultSeed = o.FaultSeed
 	s.WorkloadTime = elapsed.Round(time.Second).String()
 	var down time.Duration
