@@ -49,6 +49,11 @@ type Summary struct {
 	WorkloadTime   string         `json:"workload_time"`
 	// EtcdOutage is how long, in all, etcd committed nothing (etcdprobe.go).
 	EtcdOutage string `json:"etcd_outage"`
+	// SeenWithoutRecord counts the calls a client saw something of that
+	// etcd never held (norecord.go), Excused those of them whose gateway
+	// and a worker were both killed in the call's window.
+	SeenWithoutRecord int `json:"seen_without_record"`
+	Excused           int `json:"seen_without_record_excused"`
 	// Linearizability is the model check of the operator's history.
 	Linearizability linSummary  `json:"linearizability"`
 	Tasks           taskSummary `json:"tasks"`
@@ -142,6 +147,7 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	stopProbe()
 	<-probeDone
 	h.EtcdOutages = probe.Outages()
+	h.Kills = in.Kills()
 	for _, out := range h.EtcdOutages {
 		o.Log("etcd committed nothing from %s for %v", out.From.Format("15:04:05.000"), out.To.Sub(out.From).Round(time.Millisecond))
 	}
@@ -266,6 +272,8 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 		}
 	}
 	s.Refused = s.Calls - (records - s.Retried)
+	nr := checkRecorded(h, indexServer(h.Server))
+	s.SeenWithoutRecord, s.Excused = nr.seen, nr.excused
 	s.Tasks = summarizeTasks(h)
 	return s
 }
