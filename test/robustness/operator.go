@@ -38,6 +38,9 @@ type operator struct {
 	clients []pb.CoordinatorServiceClient
 	start   time.Time // epochs count from here
 
+	// late lets decisions by placement come past the call's deadline.
+	late bool
+
 	mu    sync.Mutex
 	calls map[string][]*pb.BeginResponse // by model key, oldest first
 	named map[string]string              // by model key: its latest named Begin's begin_id
@@ -48,8 +51,8 @@ type operator struct {
 // them (no MCP client made them).
 const operatorPrincipal = "operator"
 
-func newOperator(c *Cluster) (*operator, error) {
-	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}}
+func newOperator(c *Cluster, late bool) (*operator, error) {
+	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}, late: late}
 	for _, a := range c.coordAddr {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithUnaryInterceptor(op.rec.Interceptor()))
@@ -236,10 +239,12 @@ func callRef(b *pb.BeginResponse) *pb.CallRef {
 }
 
 // pick returns a call placed under the key (mostly the latest), or nil.
+// Unless late, a call known only by placement is not picked past its
+// deadline (see decidable).
 func (op *operator) pick(r *rand.Rand, mk string) *pb.BeginResponse {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	cs := op.calls[mk]
+	cs := slices.DeleteFunc(slices.Clone(op.calls[mk]), func(b *pb.BeginResponse) bool { return !op.decidable(b) })
 	switch {
 	case len(cs) == 0:
 		return nil

@@ -95,3 +95,15 @@ func (op *operator) abandon(ctx context.Context, r *rand.Rand, k *pb.CallKey, be
 		}
 	}
 }
+
+// decidable says the operator may still decide b's call: by fence at
+// any time; by placement, before the call's deadline, as its gateway
+// (during its Start) and its worker (whose handler ends by then) do,
+// unless late. Past it, the guards that keep a decision by placement
+// from creating a record a second time (the record itself, on the
+// retention lease) or for an abandoned Begin (abandoned/<begin id>, on
+// Begin's lease) may have expired; -late-placement makes such decisions
+// (the report of issue 34 item 7 says what they find).
+func (op *operator) decidable(b *pb.BeginResponse) bool {
+	return op.late || b.GetFence() != 0 || time.Now().Before(b.GetDeadline().AsTime())
+}

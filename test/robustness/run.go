@@ -27,8 +27,11 @@ type RunOptions struct {
 	MinCalls, MinCancels, MinFaults int
 	FaultGap                        time.Duration
 	GoHTTP, GoStdio, TS             int // concurrent client loops
-	Tasks                           int // concurrent task client loops (tasks.go)
-	Log                             func(format string, args ...any)
+	// LatePlacement lets the operator decide a call by placement past
+	// the call's deadline (operator_start.go).
+	LatePlacement bool
+	Tasks         int // concurrent task client loops (tasks.go)
+	Log           func(format string, args ...any)
 }
 
 // Summary is what a run reports (and -json writes).
@@ -106,7 +109,7 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	wl := &Workload{c: c, seed: o.Seed, nodeDir: o.NodeDir, tokens: 200000,
 		http: &http.Transport{MaxIdleConnsPerHost: 64}, taskLoops: o.Tasks}
 	defer wl.http.CloseIdleConnections()
-	op, err := newOperator(c)
+	op, err := newOperator(c, o.LatePlacement)
 	if err != nil {
 		return nil, nil, err
 	}
