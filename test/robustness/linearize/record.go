@@ -73,7 +73,9 @@ func WithClient(ctx context.Context, n int) context.Context {
 // Interceptor records every Begin, AbandonBegin, Cancel, Complete, Fail, GetCall,
 // CancelScope and task RPC (CreateTask, GetTask, WaitTask, ListTasks,
 // CancelTask, SetTaskInput, UpdateTask) that passes through it, as its
-// client sees it. A read whose outcome is not known is left out: it
+// client sees it; a Complete, Fail or Cancel that names its call by
+// placement is marked so (Input.Placed). Start, a stream, is recorded by
+// Recorder.Start. A read whose outcome is not known is left out: it
 // changed nothing.
 func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
