@@ -155,7 +155,7 @@ func (in *Injector) injectWindow(ctx context.Context, kind string) (ok bool, err
 	down := 300*time.Millisecond + time.Duration(r.Int64N(int64(time.Second)))
 	sc, sent := in.awaitSent(ctx)
 	if !sent {
-		in.note(kind, "no call went out within %v; nothing done", windowWait)
+		in.log("fault %s: no call went out within %v; none injected", kind, windowWait)
 		return true, nil
 	}
 	// At once: the request is on its way, the gateway placing the call.
