@@ -145,6 +145,9 @@ func checkServer(h *History, s *ServerCall) []Violation {
 			decided = append(decided, st.State)
 		}
 	}
+	if s.Created > 1 {
+		bad(VTwoOutcomes, "its record was created %d times (decided %v)", s.Created, decided)
+	}
 	switch {
 	case len(decided) > 1:
 		bad(VTwoOutcomes, "decided %v", decided)

@@ -77,6 +77,10 @@ type ServerCall struct {
 	ResultStored bool          `json:"result_stored,omitempty"`
 	States       []StateChange `json:"states"`
 	Audits       []Audit       `json:"audits,omitempty"`
+	// Created is how many times the call's record was created: once, or
+	// more if it expired and was written anew (an equal state written
+	// again adds no StateChange).
+	Created int `json:"created"`
 }
 
 // StateChange is one stored value of a call record.

@@ -54,3 +54,23 @@ func TestCheckerCallsWithoutRecord(t *testing.T) {
 		})
 	}
 }
+
+// A record written anew after it expired, with the same state, leaves
+// only its creation count to show it.
+func TestCheckerRecordCreatedTwice(t *testing.T) {
+	h := goodHistory()
+	h.Server["b"].Created = 2
+	h.Server["b"].Audits = append(h.Server["b"].Audits, Audit{Outcome: "cancelled", Initiator: "client", Settled: at(20000), Key: "k7"})
+	kinds := map[string]int{}
+	for _, v := range Check(h) {
+		kinds[v.Kind]++
+	}
+	if kinds[VTwoOutcomes] != 1 || kinds[VAuditCount] != 1 {
+		t.Fatalf("violations %v; want one %s and one %s", kinds, VTwoOutcomes, VAuditCount)
+	}
+	h.Server["b"].Created = 1
+	h.Server["b"].Audits = h.Server["b"].Audits[:1]
+	if vs := Check(h); len(vs) != 0 {
+		t.Fatalf("a record created once: %s", Report(0, vs))
+	}
+}
