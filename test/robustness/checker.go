@@ -48,6 +48,7 @@ const (
 	VUnanswered          = "unanswered"
 	VProbeLate           = "probe_late"
 	VNotLinearizable     = "not_linearizable"
+	// VSeenWithoutRecord: norecord.go.
 )
 
 // outcomeToolError is the audit outcome of a call that completed with the
@@ -103,6 +104,7 @@ func Check(h *History) []Violation {
 			vs = append(vs, v)
 		}
 	}
+	vs = append(vs, checkRecorded(h, byKey).vs...)
 	for w, n := range h.InFlight {
 		if n != 0 {
 			vs = append(vs, Violation{Kind: VHandlerRunning, Subject: "worker " + w, Detail: fmt.Sprintf("%d handlers still running at the end", n)})
@@ -142,6 +144,9 @@ func checkServer(h *History, s *ServerCall) []Violation {
 		if len(decided) == 0 || decided[len(decided)-1] != st.State {
 			decided = append(decided, st.State)
 		}
+	}
+	if s.Created > 1 {
+		bad(VTwoOutcomes, "its record was created %d times (decided %v)", s.Created, decided)
 	}
 	switch {
 	case len(decided) > 1:

@@ -61,7 +61,7 @@ func (co *collector) run(ctx context.Context, cli *clientv3.Client) error {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
-					co.put(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, time.Now())
+					co.put(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, ev.Kv.Version == 1, time.Now())
 				}
 				next = ev.Kv.ModRevision + 1
 			}
@@ -73,7 +73,7 @@ func (co *collector) run(ctx context.Context, cli *clientv3.Client) error {
 	return nil
 }
 
-func (co *collector) put(key string, val []byte, rev int64, seen time.Time) {
+func (co *collector) put(key string, val []byte, rev int64, created bool, seen time.Time) {
 	rest := strings.TrimPrefix(key, prefix)
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -88,6 +88,9 @@ func (co *collector) put(key string, val []byte, rev int64, seen time.Time) {
 		s.Requested, s.Deadline, s.RetryOf = r.RequestedAt, r.Deadline, r.RetryOf
 		if r.Task != nil {
 			s.Task, s.TaskTTL = true, time.Duration(r.Task.TTLMs)*time.Millisecond
+		}
+		if created {
+			s.Created++
 		}
 		if n := len(s.States); n == 0 || s.States[n-1].State != r.State {
 			s.States = append(s.States, StateChange{State: r.State, Initiator: r.Initiator, Reason: r.Reason, Settled: r.SettledAt, Revision: rev, Seen: seen})

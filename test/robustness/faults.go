@@ -41,6 +41,7 @@ type Injector struct {
 	counts   map[string]int
 	gens     []int // worker restarts per slot
 	failures []error
+	kills    []Kill // window.go
 }
 
 func newInjector(c *Cluster, wl *Workload, co *collector, seed int64, log func(string, ...any)) *Injector {
@@ -91,6 +92,9 @@ func (in *Injector) inject(ctx context.Context, kind string) error {
 	if ok, err := in.injectSilent(ctx, kind); ok {
 		return err
 	}
+	if ok, err := in.injectWindow(ctx, kind); ok {
+		return err
+	}
 	c, r := in.c, in.r
 	ttl := c.opts.LeaseTTL
 	beyondTTL := ttl*3/2 + time.Duration(r.Int64N(int64(ttl)))
@@ -100,7 +104,7 @@ func (in *Injector) inject(ctx context.Context, kind string) error {
 	case FKillWorker:
 		w := r.IntN(len(c.workers))
 		in.note(kind, "worker %d", w)
-		c.workers[w].kill()
+		in.killWorker(w)
 		pace(ctx, short)
 		err = in.restart(ctx, w)
 	case FKillCoordinator:
@@ -115,7 +119,7 @@ func (in *Injector) inject(ctx context.Context, kind string) error {
 		i := r.IntN(len(c.gateways))
 		tp := in.aimTask(ctx, i) // taskprobe.go
 		in.note(kind, "gateway %d%s", i, tp.describe())
-		c.gateways[i].kill()
+		in.killGateway(i)
 		tp.serve(ctx)
 		pace(ctx, short)
 		if err = c.gateways[i].start(); err == nil {

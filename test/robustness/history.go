@@ -17,7 +17,10 @@ type ClientCall struct {
 	// principal for HTTP clients, the gateway's name for stdio ones.
 	Owner string `json:"owner"`
 	// ByGateway says Owner is a gateway name rather than a principal.
-	ByGateway bool            `json:"by_gateway,omitempty"`
+	ByGateway bool `json:"by_gateway,omitempty"`
+	// Gateway names the gateway the call went through: gatewayName(i)
+	// for the HTTP gateways, the stdio gateway's own name.
+	Gateway   string          `json:"gateway,omitempty"`
 	RequestID json.RawMessage `json:"request_id,omitempty"`
 	Tool      string          `json:"tool"`
 	Sent      time.Time       `json:"sent"`
@@ -74,6 +77,10 @@ type ServerCall struct {
 	ResultStored bool          `json:"result_stored,omitempty"`
 	States       []StateChange `json:"states"`
 	Audits       []Audit       `json:"audits,omitempty"`
+	// Created is how many times the call's record was created: once, or
+	// more if it expired and was written anew (an equal state written
+	// again adds no StateChange).
+	Created int `json:"created"`
 }
 
 // StateChange is one stored value of a call record.
@@ -147,6 +154,8 @@ type History struct {
 	// EtcdOutages are the spans in which etcd committed nothing
 	// (etcdprobe.go), oldest first.
 	EtcdOutages []Outage
+	// Kills are the workers and gateways the faults killed, in order.
+	Kills []Kill
 }
 
 // settleLimit is when a call with this deadline must have settled: a lease

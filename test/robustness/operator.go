@@ -21,7 +21,8 @@ import (
 
 // operator is the harness's own coordinator client, for the model check
 // (issue 22): two loops issue Begin (half of them named, and abandoned
-// when their outcome is unknown, as a gateway does), retry Begin,
+// when their outcome is unknown, as a gateway does), Start (start.go:
+// decisions by placement and AbandonBegin racing its Begin), retry Begin,
 // AbandonBegin, Cancel by key and by reference, Complete and Fail (as the
 // call's worker would), GetCall and CancelScope on scopes of their own,
 // and a third the task RPCs (below),
@@ -37,6 +38,9 @@ type operator struct {
 	clients []pb.CoordinatorServiceClient
 	start   time.Time // epochs count from here
 
+	// late lets decisions by placement come past the call's deadline.
+	late bool
+
 	mu    sync.Mutex
 	calls map[string][]*pb.BeginResponse // by model key, oldest first
 	named map[string]string              // by model key: its latest named Begin's begin_id
@@ -47,8 +51,8 @@ type operator struct {
 // them (no MCP client made them).
 const operatorPrincipal = "operator"
 
-func newOperator(c *Cluster) (*operator, error) {
-	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}}
+func newOperator(c *Cluster, late bool) (*operator, error) {
+	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}, late: late}
 	for _, a := range c.coordAddr {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithUnaryInterceptor(op.rec.Interceptor()))
@@ -130,8 +134,10 @@ func (op *operator) one(ctx context.Context, r *rand.Rand) {
 	mk := linearize.Key(k)
 	b := op.pick(r, mk)
 	switch x := r.IntN(100); {
-	case x < 25 || b == nil:
+	case x < 12 || b == nil:
 		op.begin(ctx, r, cl, mk, op.beginRequest(k, ""))
+	case x < 25:
+		op.startCall(ctx, r, cl, k)
 	case x < 30:
 		op.begin(ctx, r, cl, mk, op.beginRequest(k, b.CallId))
 	case x < 45:
@@ -214,14 +220,7 @@ func (op *operator) begin(ctx context.Context, r *rand.Rand, cl pb.CoordinatorSe
 	if req.BeginId == "" || !linearize.BeginOutcomeUnknown(err) {
 		return
 	}
-	for try := range 3 {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		_, err := op.clients[(r.IntN(len(op.clients))+try)%len(op.clients)].AbandonBegin(actx, abandonRequest(req.Key, req.BeginId))
-		cancel()
-		if err == nil {
-			return
-		}
-	}
+	op.abandon(ctx, r, req.Key, req.BeginId)
 }
 
 func abandonRequest(k *pb.CallKey, beginID string) *pb.AbandonBeginRequest {
@@ -229,15 +228,23 @@ func abandonRequest(k *pb.CallKey, beginID string) *pb.AbandonBeginRequest {
 		Reason: "the operator lost Begin's reply"}
 }
 
+// callRef names b's call: by fence, or by placement while its fence is
+// not known (a Start not answered begun, or answered settled).
 func callRef(b *pb.BeginResponse) *pb.CallRef {
-	return &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}
+	ref := &pb.CallRef{CallId: b.CallId, Fence: b.Fence, Worker: b.Worker}
+	if b.Fence == 0 {
+		ref.Placement = b.Placement
+	}
+	return ref
 }
 
 // pick returns a call placed under the key (mostly the latest), or nil.
+// Unless late, a call known only by placement is not picked past its
+// deadline (see decidable).
 func (op *operator) pick(r *rand.Rand, mk string) *pb.BeginResponse {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	cs := op.calls[mk]
+	cs := slices.DeleteFunc(slices.Clone(op.calls[mk]), func(b *pb.BeginResponse) bool { return !op.decidable(b) })
 	switch {
 	case len(cs) == 0:
 		return nil

@@ -60,7 +60,8 @@ func (in *Injector) startProbe(ctx context.Context, kind string, seconds float64
 	}
 	p.cs = cs
 	progress := fmt.Sprintf("probe%d", wl.seq.Add(1))
-	p.c = &ClientCall{Ref: "probe-" + kind + "/" + principal, Client: "probe-" + kind, Owner: principal, Tool: "sleep", Probe: kind}
+	p.c = &ClientCall{Ref: "probe-" + kind + "/" + principal, Client: "probe-" + kind, Owner: principal, Tool: "sleep", Probe: kind,
+		Gateway: gatewayName(p.gw)}
 	p.w.expect(progress, p.c)
 	wl.rec.add(p.c)
 	callCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), callTimeout+5*time.Second)

@@ -21,6 +21,7 @@ var (
 	soak     = flag.Duration("soak", 0, "run TestSoak for this long (e.g. 30m); 0 skips it")
 	jsonOut  = flag.String("json", "", "write the run's summary as JSON to this file")
 	seedFlag = flag.Int64("seed", 0, "replay this workload seed (0: a random one, printed)")
+	late     = flag.Bool("late-placement", false, "let the operator decide calls by placement past their deadline")
 	kinds    = flag.String("faults", "", "run TestFaults with only these fault kinds, comma-separated, each once (e.g. silent_worker,drain_worker)")
 )
 
@@ -121,6 +122,7 @@ func TestFaults(t *testing.T) {
 }
 
 func runAndCheck(t *testing.T, o RunOptions, targets bool) {
+	o.LatePlacement = *late
 	t.Logf("seed %d, fault seed %d (replay: -seed %d)", o.Seed, o.FaultSeed, o.Seed)
 	bins.once.Do(func() { buildBins(binDir) })
 	if bins.err != nil {

@@ -27,8 +27,11 @@ type RunOptions struct {
 	MinCalls, MinCancels, MinFaults int
 	FaultGap                        time.Duration
 	GoHTTP, GoStdio, TS             int // concurrent client loops
-	Tasks                           int // concurrent task client loops (tasks.go)
-	Log                             func(format string, args ...any)
+	// LatePlacement lets the operator decide a call by placement past
+	// the call's deadline (operator_start.go).
+	LatePlacement bool
+	Tasks         int // concurrent task client loops (tasks.go)
+	Log           func(format string, args ...any)
 }
 
 // Summary is what a run reports (and -json writes).
@@ -49,6 +52,11 @@ type Summary struct {
 	WorkloadTime   string         `json:"workload_time"`
 	// EtcdOutage is how long, in all, etcd committed nothing (etcdprobe.go).
 	EtcdOutage string `json:"etcd_outage"`
+	// SeenWithoutRecord counts the calls a client saw something of that
+	// etcd never held (norecord.go), Excused those of them whose gateway
+	// and a worker were both killed in the call's window.
+	SeenWithoutRecord int `json:"seen_without_record"`
+	Excused           int `json:"seen_without_record_excused"`
 	// Linearizability is the model check of the operator's history.
 	Linearizability linSummary  `json:"linearizability"`
 	Tasks           taskSummary `json:"tasks"`
@@ -60,6 +68,12 @@ type linSummary struct {
 	Unknown    int    `json:"unknown_outcomes"`
 	CheckTime  string `json:"check_time"`
 	Result     string `json:"result"`
+	// Starts are the operator's Starts, StartsSettled those whose Begin
+	// found a decision had created the record, ByPlacement its decisions
+	// by placement.
+	Starts        int `json:"starts"`
+	StartsSettled int `json:"starts_settled"`
+	ByPlacement   int `json:"decisions_by_placement"`
 }
 
 const (
@@ -95,7 +109,7 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	wl := &Workload{c: c, seed: o.Seed, nodeDir: o.NodeDir, tokens: 200000,
 		http: &http.Transport{MaxIdleConnsPerHost: 64}, taskLoops: o.Tasks}
 	defer wl.http.CloseIdleConnections()
-	op, err := newOperator(c)
+	op, err := newOperator(c, o.LatePlacement)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,6 +150,7 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	stopProbe()
 	<-probeDone
 	h.EtcdOutages = probe.Outages()
+	h.Kills = in.Kills()
 	for _, out := range h.EtcdOutages {
 		o.Log("etcd committed nothing from %s for %v", out.From.Format("15:04:05.000"), out.To.Sub(out.From).Round(time.Millisecond))
 	}
@@ -153,7 +168,8 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 	}
 	s := summarize(h, in.Counts(), vs, o.Seed)
 	s.Linearizability = linSummary{Operations: lin.Operations, Partitions: lin.Partitions, Unknown: lin.Unknown,
-		CheckTime: lin.Took.String(), Result: string(lin.Result)}
+		CheckTime: lin.Took.String(), Result: string(lin.Result),
+		Starts: lin.Starts, StartsSettled: lin.StartsSettled, ByPlacement: lin.ByPlacement}
 	s.FaultSeed = o.FaultSeed
 	s.WorkloadTime = elapsed.Round(time.Second).String()
 	var down time.Duration
@@ -259,6 +275,8 @@ func summarize(h *History, faults map[string]int, vs []Violation, seed int64) *S
 		}
 	}
 	s.Refused = s.Calls - (records - s.Retried)
+	nr := checkRecorded(h, indexServer(h.Server))
+	s.SeenWithoutRecord, s.Excused = nr.seen, nr.excused
 	s.Tasks = summarizeTasks(h)
 	return s
 }

@@ -20,6 +20,8 @@ type wire struct {
 	// fresh makes the record of a tools/call nobody announced (the
 	// TypeScript clients); nil ignores such calls.
 	fresh func(tool string) *ClientCall
+	// sent, if set, is told of each tools/call as it goes out (window.go).
+	sent func(c *ClientCall, at time.Time)
 }
 
 func newWire(fresh func(tool string) *ClientCall) *wire {
@@ -95,12 +97,16 @@ func (w *wire) out(b []byte, at time.Time) {
 				w.byToken[token] = c
 			}
 		}
-		if c != nil && c.Sent.IsZero() {
+		first := c != nil && c.Sent.IsZero()
+		if first {
 			c.RequestID = json.RawMessage(compactID(m.ID))
 			c.Sent = at
 			w.byID[compactID(m.ID)] = c
 		}
 		w.mu.Unlock()
+		if first && w.sent != nil {
+			w.sent(c, at)
+		}
 	}
 }
 

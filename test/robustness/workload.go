@@ -35,6 +35,7 @@ type Workload struct {
 	http      *http.Transport
 	taskLoops int      // concurrent task clients (tasks.go)
 	tasks     taskLoad // what they saw
+	window    windowSignal
 }
 
 // plan is one call's tool, arguments and client behaviour.
@@ -119,19 +120,21 @@ func pace(ctx context.Context, d time.Duration) {
 
 // session is one connected Go SDK client and the calls it runs.
 type session struct {
-	wl     *Workload
-	cs     *mcp.ClientSession
-	w      *wire
-	kind   string
-	owner  string
-	byGW   bool
-	broken atomic.Bool
+	wl      *Workload
+	cs      *mcp.ClientSession
+	w       *wire
+	kind    string
+	owner   string
+	byGW    bool
+	gateway string // the HTTP gateway's name (gatewayName), or the stdio gateway's
+	broken  atomic.Bool
 }
 
 func (wl *Workload) goHTTPSession(ctx context.Context, r *rand.Rand) {
 	gw := r.IntN(2)
 	token, principal := wl.nextPrincipal()
 	w := newWire(nil)
+	w.sent = func(c *ClientCall, at time.Time) { wl.window.sent(gw, c, at) }
 	t := &mcp.StreamableClientTransport{
 		Endpoint:   wl.c.MCPURL(gw),
 		HTTPClient: &http.Client{Transport: &tapTransport{base: wl.http, token: token, w: w}},
@@ -145,7 +148,7 @@ func (wl *Workload) goHTTPSession(ctx context.Context, r *rand.Rand) {
 		pace(ctx, 200*time.Millisecond)
 		return
 	}
-	s := &session{wl: wl, cs: cs, w: w, kind: "go-http-" + era, owner: principal}
+	s := &session{wl: wl, cs: cs, w: w, kind: "go-http-" + era, owner: principal, gateway: gatewayName(gw)}
 	s.run(ctx, r)
 }
 
@@ -191,7 +194,7 @@ func (wl *Workload) goStdioSession(ctx context.Context, r *rand.Rand) {
 		pace(ctx, 200*time.Millisecond)
 		return
 	}
-	s := &session{wl: wl, cs: cs, w: w, kind: "go-stdio-" + era, owner: name, byGW: true}
+	s := &session{wl: wl, cs: cs, w: w, kind: "go-stdio-" + era, owner: name, byGW: true, gateway: name}
 	s.run(ctx, r)
 }
 
@@ -247,7 +250,7 @@ func (s *session) run(ctx context.Context, r *rand.Rand) {
 
 func (s *session) call(ctx context.Context, p plan) {
 	token := fmt.Sprintf("c%d", s.wl.seq.Add(1))
-	c := &ClientCall{Ref: s.kind + "/" + s.owner + "/" + token, Client: s.kind, Owner: s.owner, ByGateway: s.byGW, Tool: p.tool}
+	c := &ClientCall{Ref: s.kind + "/" + s.owner + "/" + token, Client: s.kind, Owner: s.owner, ByGateway: s.byGW, Tool: p.tool, Gateway: s.gateway}
 	s.w.expect(token, c)
 	s.wl.rec.add(c)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.hardTimeout())
@@ -297,7 +300,8 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 	}
 	token, principal := wl.nextPrincipal()
 	secs := 0.05 + r.Float64()*0.6
-	args := []string{filepath.Join(wl.nodeDir, script), "--url", wl.c.MCPURL(r.IntN(2)), "--tool", "sleep",
+	gw := r.IntN(2)
+	args := []string{filepath.Join(wl.nodeDir, script), "--url", wl.c.MCPURL(gw), "--tool", "sleep",
 		"--args", fmt.Sprintf(`{"seconds":%.3f,"steps":%d}`, secs, 1+r.IntN(5)),
 		"--header", "Authorization:Bearer " + token, "--no-list", "--linger-ms", "300", "--timeout-ms", fmt.Sprint((callTimeout + 5*time.Second).Milliseconds())}
 	if r.IntN(100) < 50 {
@@ -306,7 +310,7 @@ func (wl *Workload) tsCall(ctx context.Context, r *rand.Rand) {
 	w := newWire(nil)
 	var c *ClientCall
 	w.fresh = func(tool string) *ClientCall {
-		c = &ClientCall{Ref: kind + "/" + principal, Client: kind, Owner: principal, Tool: tool}
+		c = &ClientCall{Ref: kind + "/" + principal, Client: kind, Owner: principal, Tool: tool, Gateway: gatewayName(gw)}
 		wl.rec.add(c)
 		return c
 	}

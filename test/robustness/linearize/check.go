@@ -27,6 +27,10 @@ type Report struct {
 	// Abandons are the AbandonBegins, NotBegun those that found their
 	// Begin had not committed (and so never would).
 	Abandons, NotBegun int
+	// Starts are the Starts, StartsSettled those whose Begin found its
+	// call settled by a decision first, ByPlacement the decisions that
+	// named their call by placement.
+	Starts, StartsSettled, ByPlacement int
 	// Visualisation is the path of porcupine's HTML rendering of the
 	// history, written when the check failed.
 	Visualisation string
@@ -44,6 +48,9 @@ func (r Report) String() string {
 	}
 	if r.Abandons > 0 {
 		s += fmt.Sprintf("; %d abandoned Begins (%d not begun)", r.Abandons, r.NotBegun)
+	}
+	if r.Starts > 0 {
+		s += fmt.Sprintf("; %d Starts (%d found their call settled), %d decisions by placement", r.Starts, r.StartsSettled, r.ByPlacement)
 	}
 	if r.Visualisation != "" {
 		s += "; visualisation in " + r.Visualisation
@@ -82,6 +89,7 @@ func Check(o Options, history []porcupine.Operation, timeout time.Duration, html
 		if op.Output.(Output).Unknown {
 			r.Unknown++
 		}
+		r.countStart(op.Input.(Input), op.Output.(Output))
 	}
 	began := time.Now()
 	r.Result = porcupine.CheckOperationsTimeout(m, history, timeout)
@@ -137,4 +145,16 @@ func ReadHistory(path string) ([]porcupine.Operation, error) {
 		h[i] = porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Ret, Input: r.In, Output: r.Out}
 	}
 	return h, nil
+}
+
+func (r *Report) countStart(in Input, out Output) {
+	switch {
+	case in.Op == OpStart:
+		r.Starts++
+		if out.Result == RSettled {
+			r.StartsSettled++
+		}
+	case in.Placed:
+		r.ByPlacement++
+	}
 }

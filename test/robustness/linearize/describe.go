@@ -38,6 +38,9 @@ func describeOperation(in, out interface{}) string {
 	if i.Initiator != "" {
 		fmt.Fprintf(&b, " by %s", i.Initiator)
 	}
+	if i.Placed {
+		b.WriteString(" by placement")
+	}
 	if i.BeginID != "" {
 		fmt.Fprintf(&b, " begin %s", short(i.BeginID))
 	}
@@ -88,6 +91,9 @@ func describeState(st interface{}) string {
 		}
 		if c.Retry {
 			d += " (retry)"
+		}
+		if c.Created {
+			d += " (created by its decision)"
 		}
 		if c.Inputs != "" {
 			d += " waiting [" + c.Inputs + "]"

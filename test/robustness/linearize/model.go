@@ -16,7 +16,10 @@
 // finds the same decision made is its own earlier attempt, whose reply was
 // lost, and wins again. GetCall reads the latest call (by key) or the named one. A scope's
 // CancelScope is checked per key: it cancelled the key's running call, or
-// found none running.
+// found none running. Start (start.go) is a named Begin whose call id is
+// known before it commits; a decision naming that call by placement
+// creates its record, already settled, if the Begin has not, and the
+// Begin then reports the call settled and writes nothing.
 //
 // MCP tasks (tasks.go) are partitions of their own, one per task id: a
 // task's call is in no key's index, so it is no key's latest call, and
@@ -41,6 +44,7 @@ const (
 	OpGetID       = "get_id"        // GetCall naming call ID
 	OpCancelScope = "cancel_scope"  // CancelScope, projected on one key
 	OpAbandon     = "abandon_begin" // AbandonBegin of the Begin named BeginID (abandon.go)
+	OpStart       = "start"         // Start, a named Begin beside its work (start.go)
 )
 
 // Call states, as the model and GetCall name them.
@@ -87,6 +91,9 @@ type Input struct {
 	// BeginID names a Begin (or retry) for AbandonBegin, and the Begin
 	// an AbandonBegin abandons.
 	BeginID string `json:",omitempty"`
+	// Placed says a decision names its call by placement (fence 0), and
+	// may create its record (start.go); BeginID is then its Start's.
+	Placed bool `json:",omitempty"`
 }
 
 // Output is what the client got back.
@@ -113,6 +120,7 @@ type call struct {
 	Reason    string // the deciding operation's; janitorReason for the janitor's
 	Retry     bool
 	BeginID   string // the Begin that placed it, if named
+	Created   bool   // a decision by placement created its record, settled (start.go)
 	// Gone says retention removed the settled call's record, IndexGone
 	// its key's index entry (written at Begin, it expires first): found
 	// missing, by id or by key, it may not be found so again.
@@ -187,6 +195,12 @@ func Model(o Options) porcupine.Model {
 			}
 			var next []interface{}
 			for _, p := range pre {
+				if i.Op == OpStart || i.Placed {
+					for _, n := range stepPlacedOrStart(keyState{p, ks.abandoned}, i, o2, o) {
+						next = append(next, n)
+					}
+					continue
+				}
 				if i.Op == OpAbandon || i.BeginID != "" || o2.Result == RAbandoned {
 					for _, n := range stepAbandoning(keyState{p, ks.abandoned}, i, o2, o) {
 						next = append(next, n)

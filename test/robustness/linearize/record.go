@@ -27,8 +27,11 @@ type Recorder struct {
 	ops    []porcupine.Operation
 	scopes []scopeOp           // CancelScope calls, projected per key at Check
 	keys   map[string][]string // scope -> keys begun in it
-	owner  map[string]string   // call id -> key, from Begin and CreateTask replies
-	seen   map[string]bool     // keys
+	owner  map[string]string   // call id -> key, from Begin, Start and CreateTask replies
+	// beginOf is the Begin that placed a call, for Start's calls, which
+	// decisions may name by placement (record_start.go).
+	beginOf map[string]string
+	seen    map[string]bool // keys
 	// Tasks (record_tasks.go): ListTasks calls, projected per task at
 	// Check; the tasks created, by principal, in reply order; how many
 	// CreateTasks named no task.
@@ -49,6 +52,7 @@ type scopeOp struct {
 // NewRecorder starts a recorder; its clock starts now.
 func NewRecorder() *Recorder {
 	return &Recorder{start: time.Now(), keys: map[string][]string{}, owner: map[string]string{}, seen: map[string]bool{},
+		beginOf: map[string]string{},
 		tasksOf: map[string][]createdTask{}}
 }
 
@@ -69,7 +73,9 @@ func WithClient(ctx context.Context, n int) context.Context {
 // Interceptor records every Begin, AbandonBegin, Cancel, Complete, Fail, GetCall,
 // CancelScope and task RPC (CreateTask, GetTask, WaitTask, ListTasks,
 // CancelTask, SetTaskInput, UpdateTask) that passes through it, as its
-// client sees it. A read whose outcome is not known is left out: it
+// client sees it; a Complete, Fail or Cancel that names its call by
+// placement is marked so (Input.Placed). Start, a stream, is recorded by
+// Recorder.Start. A read whose outcome is not known is left out: it
 // changed nothing.
 func (r *Recorder) Interceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -107,13 +113,15 @@ func (r *Recorder) add(in Input, out Output, client int, call, ret int64) {
 	if in.Op == OpCreateTask {
 		r.addTaskLocked(&in, out, ret)
 	}
+	r.placedLocked(&in)
 	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
-	if (in.Op == OpBegin || in.Op == OpRetry) && !r.seen[in.Key] {
+	begins := in.Op == OpBegin || in.Op == OpRetry || in.Op == OpStart
+	if begins && !r.seen[in.Key] {
 		r.seen[in.Key] = true
 		scope, _, _ := strings.Cut(in.Key, "|")
 		r.keys[scope] = append(r.keys[scope], in.Key)
 	}
-	if out.ID != "" && (in.Op == OpBegin || in.Op == OpRetry) {
+	if out.ID != "" && begins {
 		r.owner[out.ID] = in.Key
 	}
 }
@@ -160,11 +168,12 @@ func inputOf(req any) (Input, bool) {
 		if k := q.GetKey(); k != nil {
 			return Input{Op: OpCancelKey, Key: Key(k), Initiator: ini, Reason: q.GetReason()}, true
 		}
-		return Input{Op: OpCancelRef, ID: q.GetCall().GetCallId(), Initiator: ini, Reason: q.GetReason()}, true
+		return Input{Op: OpCancelRef, ID: q.GetCall().GetCallId(), Initiator: ini, Reason: q.GetReason(), Placed: namesPlacement(q.GetCall())}, true
 	case *pb.CompleteRequest:
-		return Input{Op: OpComplete, ID: q.GetCall().GetCallId()}, true
+		return Input{Op: OpComplete, ID: q.GetCall().GetCallId(), Placed: namesPlacement(q.GetCall())}, true
 	case *pb.FailRequest:
-		return Input{Op: OpFail, ID: q.GetCall().GetCallId(), Initiator: coordinator.InitiatorName(q.GetInitiator()), Reason: q.GetReason()}, true
+		return Input{Op: OpFail, ID: q.GetCall().GetCallId(), Initiator: coordinator.InitiatorName(q.GetInitiator()), Reason: q.GetReason(),
+			Placed: namesPlacement(q.GetCall())}, true
 	case *pb.GetCallRequest:
 		if k := q.GetKey(); k != nil {
 			return Input{Op: OpGetKey, Key: Key(k)}, true
