@@ -112,10 +112,11 @@ func (c *call) run(p *routed) {
 		// Executed while its record is written: shown once it is.
 		c.hold.shutUntilRelease()
 		recorded = make(chan struct{})
-		go func() {
+		go func(st *started) { // owned: run waits for recorded
 			defer close(recorded)
 			c.awaitRecord(st, begun)
-		}()
+		}(st) // not captured: the stream is garbage once it has answered
+		st = nil
 		defer func() { <-recorded }()
 	} else if pending := c.gate.begin(); pending != nil && c.sendCancel(pending) {
 		return
