@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
@@ -19,6 +20,20 @@ import (
 
 func startReq(k *pb.CallKey, tool string) *pb.BeginRequest {
 	return &pb.BeginRequest{Key: k, Tool: tool, Principal: "alice", Gateway: "g1", BeginId: randid.New(16)}
+}
+
+// startPlaced opens a Start and reads its first message, the placement.
+func startPlaced(t *testing.T, c pb.CoordinatorServiceClient, k *pb.CallKey, tool string) (grpc.ServerStreamingClient[pb.StartResponse], *pb.BeginResponse) {
+	t.Helper()
+	st, err := c.Start(t.Context(), &pb.StartRequest{Begin: startReq(k, tool)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, m.GetPlaced()
 }
 
 func placementRef(p *pb.BeginResponse) *pb.CallRef {
@@ -111,15 +126,7 @@ func TestCompletionRacesBegin(t *testing.T) {
 	var first, later int
 	for i := range 40 {
 		k := key("conn:race-begin", num(int64(i)))
-		st, err := e.c.Start(t.Context(), &pb.StartRequest{Begin: startReq(k, "echo")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := m.GetPlaced()
+		st, p := startPlaced(t, e.c, k, "echo")
 		if p.GetFence() != 0 {
 			t.Fatalf("placed with fence %d, want 0 (beside the work)", p.GetFence())
 		}
@@ -132,7 +139,7 @@ func TestCompletionRacesBegin(t *testing.T) {
 		if fin.GetResult() == nil {
 			t.Fatalf("call %d ended with %v, want its result", i, fin)
 		}
-		m, err = st.Recv()
+		m, err := st.Recv()
 		if err != nil {
 			t.Fatalf("start's second message: %v", err)
 		}
@@ -240,15 +247,7 @@ func TestAbandonedPlacementIsNeverRecorded(t *testing.T) {
 // one at all, is refused.
 func TestPlacementIsChecked(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	st, err := e.c.Start(t.Context(), &pb.StartRequest{Begin: startReq(key("conn:checked", num(1)), "hold")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := m.GetPlaced()
+	_, p := startPlaced(t, e.c, key("conn:checked", num(1)), "hold")
 	for name, ref := range map[string]*pb.CallRef{
 		"garbage":        {CallId: p.CallId, Worker: p.Worker, Placement: []byte("{")},
 		"another call":   {CallId: randid.New(16), Worker: p.Worker, Placement: p.Placement},

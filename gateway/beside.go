@@ -159,12 +159,7 @@ func (c *call) hasRecord(callID string) bool {
 // answers the client as the decision says.
 func (c *call) failUnrecorded(begun *pb.BeginResponse, beginID string, cause error) {
 	g := c.s.g
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
-	defer cancel()
-	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
-		Call:      callRef(begun),
-		Initiator: pb.Initiator_INITIATOR_DISCONNECT, Reason: "the gateway could not confirm the call's record: " + status.Convert(cause).Message(),
-	})
+	resp, err := c.fail(begun, pb.Initiator_INITIATOR_DISCONNECT, "the gateway could not confirm the call's record: "+status.Convert(cause).Message())
 	switch {
 	case err != nil:
 		// Undecided (its request id in use by another call, say): the
@@ -207,6 +202,13 @@ func (c *call) stopped(msg []byte) {
 	if stop != nil {
 		stop()
 	}
+}
+
+// fail asks the coordinator to fail the call, by its fence or placement.
+func (c *call) fail(begun *pb.BeginResponse, who pb.Initiator, reason string) (*pb.FailResponse, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(c.s.g.base)), cancelTimeout)
+	defer cancel()
+	return c.s.g.coord.Fail(ctx, &pb.FailRequest{Call: callRef(begun), Initiator: who, Reason: reason})
 }
 
 // callRef names the call to the coordinator: by its fence, or by its

@@ -367,12 +367,7 @@ const workerLost = "the worker running this call was lost"
 func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
-	defer cancel()
-	resp, err := g.coord.Fail(ctx, &pb.FailRequest{
-		Call:      callRef(begun),
-		Initiator: pb.Initiator_INITIATOR_WORKER_LOST, Reason: "execute stream lost: " + status.Convert(cause).Message(),
-	})
+	resp, err := c.fail(begun, pb.Initiator_INITIATOR_WORKER_LOST, "execute stream lost: "+status.Convert(cause).Message())
 	switch {
 	case err != nil:
 		// Its outcome is unknown, so it must not run again.
