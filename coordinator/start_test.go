@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
 )
 
 func startReq(k *pb.CallKey, tool string) *pb.BeginRequest {
@@ -413,5 +416,31 @@ func TestNoRecordCreatedPastTheDeadline(t *testing.T) {
 	}
 	if calls, _, _ := recordKeys(t, e, placed.CallId); calls != 0 {
 		t.Fatal("the call was recorded again")
+	}
+}
+
+// A tool marked durable_begin is begun first: Start answers once, with
+// the fence, after the record is durable, and sends no second message.
+func TestDurableBeginToolIsRecordedFirst(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	testcluster.StartWorker(t, worker.Options{Coordinator: e.coords[0].Addr, Name: "w-durable"}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "charge", DurableBegin: true}, func(context.Context, *worker.Call) (*worker.Result, error) {
+			return worker.Text("charged"), nil
+		})
+	})
+	waitTools(t, e.c, "charge")
+	st, p := startPlaced(t, e.c, key("conn:durable", num(1)), "charge")
+	if p.GetFence() == 0 || len(p.GetPlacement()) != 0 {
+		t.Fatalf("placed with fence %d and %d bytes of placement, want the record first", p.GetFence(), len(p.GetPlacement()))
+	}
+	if s := e.state(t, p.CallId); s != pb.CallState_CALL_STATE_RUNNING {
+		t.Fatalf("state when placed = %v, want RUNNING", s)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("start after the placement: %v, want its end", err)
+	}
+	// The hold tool, on the worker that runs calls placed, starts beside.
+	if _, p := startPlaced(t, e.c, key("conn:durable", num(2)), "hold"); p.GetFence() != 0 {
+		t.Fatalf("hold placed with fence %d, want 0 (beside the work)", p.GetFence())
 	}
 }
