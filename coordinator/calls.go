@@ -128,6 +128,9 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if rec.Task == nil && rec.State == stateRunning {
+		s.quick.completed(quickTarget(rec), s.now().Sub(rec.RequestedAt))
+	}
 	stopped := optTime(req.GetStoppedAt())
 	if stopped == nil {
 		t := s.now()

@@ -44,6 +44,13 @@ type Options struct {
 	Now func() time.Time
 	// Tasks bounds MCP tasks (see TaskOptions).
 	Tasks TaskOptions
+	// BeginLinger is how long the Begin of a call placed beside its work
+	// waits for the call's decision, so that a quick call costs one
+	// commit (linger.go): 0 adapts it to the tool's calls and the
+	// replica's commits; a positive value lingers every such Begin that
+	// long (keep it to milliseconds: what a call shows its client waits
+	// for its record); a negative one never lingers.
+	BeginLinger time.Duration
 }
 
 // Server is one coordinator replica. It implements the gRPC
@@ -63,6 +70,7 @@ type Server struct {
 	stops      *stopBatcher
 	commits    *committer
 	placed     placedCalls // calls placed here whose Begin has not answered (start.go)
+	quick      quickness   // how long commits and calls take: how long a Begin lingers (linger.go)
 	// recordWaits holds a token per cancel waiting for a record (start.go).
 	recordWaits chan struct{}
 	attached    *attachments
@@ -108,7 +116,10 @@ func New(opts Options) *Server {
 	s.commits = newCommitter(opts.Client, opts.OpTimeout)
 	s.recordWaits = make(chan struct{}, maxRecordWaits)
 	s.metrics = newMetrics(s)
-	s.commits.took = func(d time.Duration) { s.metrics.commitDuration.Observe(d.Seconds()) }
+	s.commits.took = func(d time.Duration) {
+		s.metrics.commitDuration.Observe(d.Seconds())
+		s.quick.committed(d)
+	}
 	return s
 }
 

@@ -34,6 +34,7 @@ type placement struct {
 
 	reuse  int64  // the index revision a created record replaces: 0, or a settled call's
 	closed string // the session was closed, for this reason: the record is the close's
+	tried  func() // ends a claim on the call's lingering Begin (linger.go), once createTxn tried
 }
 
 // Start implements CoordinatorService.Start.
@@ -78,6 +79,7 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 	// that loses the stream decides the call by its placement instead.
 	ctx = context.WithoutCancel(ctx)
 	sendErr := send(&pb.StartResponse{Event: &pb.StartResponse_Placed{Placed: placedReply(rec, w, 0, []byte(encode(pl)))}})
+	p.linger(s.lingerFor(rec), s.opts.OpTimeout) // linger.go
 	fence, settled, err := s.beginPlaced(ctx, pl, w)
 	s.placed.resolve(rec.CallID, p, fence, settled, err)
 	if err != nil || settled {
@@ -147,10 +149,17 @@ type placedBegin struct {
 	fence   int64
 	settled bool
 	err     error
+
+	// While the Begin lingers a decision may claim the call and write its
+	// record first (linger.go).
+	mu      sync.Mutex
+	sent    bool          // the Begin has gone to etcd: decisions wait for done
+	claim   chan struct{} // set by a claim; closed once its decision tried
+	claimed chan struct{} // closed by a claim
 }
 
 func (p *placedCalls) add(id string) *placedBegin {
-	b := &placedBegin{done: make(chan struct{})}
+	b := &placedBegin{done: make(chan struct{}), claimed: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
@@ -186,6 +195,15 @@ func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, 
 		return nil, nil, invalid("the call reference's placement names another call")
 	}
 	if b := s.placed.get(ref.GetCallId()); b != nil {
+		if tried := b.claimFirst(); tried != nil { // its Begin lingers: record the call ourselves
+			rec, kv, err := s.unrecordedCall(ctx, ref, pl)
+			if kv != nil || err != nil {
+				tried()
+			} else {
+				rec.placed.tried = tried
+			}
+			return rec, kv, err
+		}
 		select {
 		case <-b.done:
 		case <-ctx.Done():
@@ -202,6 +220,12 @@ func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, 
 	if c, ok := s.running.byCallID(ref.GetCallId()); ok && c.rec.Worker == ref.GetWorker() {
 		return c.rec, c.kv(s.keys), nil
 	}
+	return s.unrecordedCall(ctx, ref, pl)
+}
+
+// unrecordedCall reads a placed call's record, if it has one, else
+// returns the call as placed, with a nil kv, for a decision to create.
+func (s *Server) unrecordedCall(ctx context.Context, ref *pb.CallRef, pl *placement) (*callRecord, *mvccpb.KeyValue, error) {
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).Then(clientv3.OpGet(s.keys.call(pl.Call.CallID)), clientv3.OpGet(pl.Index)).Commit()
 	cancel()
@@ -253,6 +277,9 @@ var errCreateAgain = errors.New("coordinator: create the record again")
 // then loses to that.
 func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*mvccpb.KeyValue, error) {
 	pl := rec.placed
+	if pl.tried != nil {
+		defer pl.tried() // a lingering Begin goes now, and finds the call settled, or not
+	}
 	if pl.closed != "" {
 		d = decision{state: stateCancelled, initiator: InitiatorName(pb.Initiator_INITIATOR_DISCONNECT), reason: pl.closed, children: d.children}
 	}

@@ -444,3 +444,51 @@ func TestDurableBeginToolIsRecordedFirst(t *testing.T) {
 		t.Fatalf("hold placed with fence %d, want 0 (beside the work)", p.GetFence())
 	}
 }
+
+// A quick call costs one commit: its Begin lingers (here for up to 2 s,
+// Options.BeginLinger), the worker's completion comes meanwhile and
+// writes the record already completed, and the Begin, finding it, writes
+// nothing. A gateway's cancel of a call in the window does the same,
+// cancelled. Each call is recorded once, as decided.
+func TestQuickCallTakesOneCommit(t *testing.T) {
+	e := newEnv(t, envOptions{coord: coordinator.Options{BeginLinger: 2 * time.Second}})
+	for i := range 10 {
+		before := e.revision(t)
+		st, p := startPlaced(t, e.c, key("conn:quick", num(int64(i))), "echo")
+		ex, err := e.wc.Execute(t.Context(), &pb.ExecuteRequest{CallId: p.CallId, Placement: p.Placement, Worker: p.Worker,
+			Tool: "echo", ArgumentsJson: []byte(`{"text":"hi"}`), Deadline: p.Deadline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fin := (&execStream{stream: ex}).final(t); fin.GetResult() == nil {
+			t.Fatalf("call %d ended with %v, want its result", i, fin)
+		}
+		m, err := st.Recv()
+		if err != nil || !m.GetBegun().GetSettled() {
+			t.Fatalf("call %d: start's second message %v (%v), want Begun settled", i, m, err)
+		}
+		if got := e.revision(t) - before; got != 1 {
+			t.Fatalf("call %d took %d commits, want 1", i, got)
+		}
+		if got := outcomes(e.audits(t, p.CallId)); len(got) != 1 || got[0] != "completed" {
+			t.Fatalf("call %d audit = %v, want one completed", i, got)
+		}
+	}
+
+	before := e.revision(t)
+	st, p := startPlaced(t, e.c, key("conn:quick", num(100)), "hold")
+	got, err := e.c.Cancel(t.Context(), &pb.CancelRequest{Target: &pb.CancelRequest_Call{Call: placementRef(p)},
+		Initiator: pb.Initiator_INITIATOR_CLIENT, Reason: "changed my mind"})
+	if err != nil || got.Result != pb.CancelResult_CANCEL_RESULT_CANCELLED {
+		t.Fatalf("cancel by placement = %v, %v; want CANCELLED", got, err)
+	}
+	if m, err := st.Recv(); err != nil || !m.GetBegun().GetSettled() {
+		t.Fatalf("start's second message %v (%v), want Begun settled", m, err)
+	}
+	if n := e.revision(t) - before; n != 1 {
+		t.Fatalf("the cancelled call took %d commits, want 1", n)
+	}
+	if got := outcomes(e.audits(t, p.CallId)); len(got) != 1 || got[0] != "cancelled" {
+		t.Fatalf("audit = %v, want one cancelled", got)
+	}
+}
