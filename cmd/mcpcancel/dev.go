@@ -51,7 +51,8 @@ type devFlags struct {
 	gatewayFlags
 	coordListen string
 	// coordListenSet and consoleSet say the flag came from the command
-	// line or the environment, so dev must not fall back from it.
+	// line, the environment or the --config file, so dev must not fall
+	// back from it.
 	coordListenSet, consoleSet bool
 	dataDir                    string
 	leaseTTL                   time.Duration
@@ -101,6 +102,7 @@ func parseDevFlags(s cmdline.Streams, args []string) (*devFlags, error) {
 	f.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
 	f.StringVar(&o.console, "console-listen", clientcmd.DefaultConsoleListen, "loopback `HOST:PORT` for the web console; left to the default, a free port is taken when that one is in use; given, it must be free")
 	o.upstream.register(f, false)
+	f.Config()
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}

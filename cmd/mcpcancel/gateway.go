@@ -129,6 +129,7 @@ func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
 	f := cmdline.NewFlags(s, "gateway", aboutGateway)
 	o.register(f, true)
 	f.TLS(&o.tls)
+	f.Config()
 	if err := f.Parse(args); err != nil {
 		return err
 	}

@@ -55,6 +55,7 @@ func parseWorkerFlags(s cmdline.Streams, args []string) (*workerFlags, error) {
 	f.TLS(&o.tls)
 	o.upstream.register(f, true)
 	o.logLevel = f.LogLevel()
+	f.Config()
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
