@@ -62,6 +62,15 @@ var serverName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,31}$`)
 // ErrServerName means a Group was given a server name it cannot use.
 var ErrServerName = errors.New("upstream: a server name is 1 to 32 letters, digits and '-', starting with a letter or digit")
 
+// CheckServerName refuses a name a server of a Group cannot have, with
+// an error wrapping ErrServerName.
+func CheckServerName(name string) error {
+	if !serverName.MatchString(name) {
+		return fmt.Errorf("%w, not %q", ErrServerName, name)
+	}
+	return nil
+}
+
 // member is one server of a group and what its adapter last registered.
 type member struct {
 	g    *Group
@@ -107,8 +116,8 @@ func NewGroup(w *worker.Worker, log *slog.Logger) *Group {
 // that adapter. Every server is added before Run. It panics unless
 // exactly one of opts.Command and opts.URL is set, as New does.
 func (g *Group) Add(name string, opts Options) (*Adapter, error) {
-	if !serverName.MatchString(name) {
-		return nil, fmt.Errorf("%w, not %q", ErrServerName, name)
+	if err := CheckServerName(name); err != nil {
+		return nil, err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
