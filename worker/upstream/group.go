@@ -40,12 +40,12 @@ type Group struct {
 	w   *worker.Worker
 	log *slog.Logger
 
-	mu      sync.Mutex
-	members []*member // in name order
-	sealed  bool      // a member registered: the prefixes are fixed
+	mu      sync.Mutex // guards the fields below
+	members []*member  // in name order
+	sealed  bool       // a member registered: the prefixes are fixed
+	running bool       // Run was called
 	tools   map[string]toolRoute
 	offers  offerRoutes
-	running bool
 }
 
 // PrefixSeparator joins a server's name and its tool or prompt name. It

@@ -24,6 +24,13 @@ type groupStack struct {
 	alpha, beta *tap
 }
 
+// groupServer is a server of a test's group.
+type groupServer struct {
+	name string
+	cmd  []string
+	cfg  *upstream.Config
+}
+
 // startGroup runs the two servers in one group, alpha without get-env and
 // beta with only echo, the long operation and its prompts: each its own
 // policy.
@@ -32,17 +39,20 @@ func startGroup(t *testing.T) *groupStack {
 	alphaCmd, alpha := stdioEverything(t)
 	betaCmd, beta := stdioEverything(t)
 	st := &groupStack{stack: startBare(t), alpha: alpha, beta: beta}
+	runGroup(t, st.stack,
+		groupServer{"alpha", alphaCmd, &upstream.Config{Deny: []string{"get-env"}}},
+		groupServer{"beta", betaCmd, &upstream.Config{Allow: []string{"echo", longOp}}})
+	return st
+}
+
+// runGroup runs a group of servers on a worker of st until the test ends,
+// and waits until every server has registered its tools.
+func runGroup(t *testing.T, st *stack, servers ...groupServer) {
+	t.Helper()
 	var g *upstream.Group
 	testcluster.StartWorker(t, worker.Options{Coordinator: st.coordAddr, Name: "group"}, func(w *worker.Worker) {
 		g = upstream.NewGroup(w, testLogger(t))
-		for _, s := range []struct {
-			name string
-			cmd  []string
-			cfg  *upstream.Config
-		}{
-			{"alpha", alphaCmd, &upstream.Config{Deny: []string{"get-env"}}},
-			{"beta", betaCmd, &upstream.Config{Allow: []string{"echo", longOp}}},
-		} {
+		for _, s := range servers {
 			if _, err := g.Add(s.name, upstream.Options{Command: s.cmd, Config: s.cfg, Logger: testLogger(t), MinBackoff: 20 * time.Millisecond, TerminateWait: 200 * time.Millisecond}); err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +70,28 @@ func startGroup(t *testing.T) *groupStack {
 	if err := g.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return st
+}
+
+// TestGroupOfOneRenamesNothing: a group of one server offers its names as
+// they are, and its serverInfo reaches clients, as a lone Adapter does.
+func TestGroupOfOneRenamesNothing(t *testing.T) {
+	cmd, _ := stdioEverything(t)
+	st := startBare(t)
+	runGroup(t, st, groupServer{"solo", cmd, nil})
+	tools := st.waitTools(t, func(tools map[string]*pb.Tool) bool { return tools["echo"] != nil })
+	for name := range tools {
+		if strings.HasPrefix(name, "solo_") {
+			t.Errorf("tool %q is prefixed, with only one server", name)
+		}
+	}
+	cs := clientSession(t, st.url, nil)
+	if info := cs.InitializeResult().ServerInfo; info == nil || info.Name != "mcp-servers/everything" {
+		t.Errorf("serverInfo %+v; want the server's own", info)
+	}
+	prompt, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "simple-prompt"})
+	if err != nil || len(prompt.Messages) == 0 {
+		t.Errorf("prompts/get simple-prompt = %v, %v", prompt, err)
+	}
 }
 
 // TestGroupListsBothServersPrefixed: the coordinator lists each server's
