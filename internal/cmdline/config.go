@@ -33,7 +33,12 @@ type ConfigFile struct {
 // command to decode.
 func (f *Flags) Config(extra ...string) *ConfigFile {
 	c := &ConfigFile{extra: extra}
-	f.FlagSet.StringVar(&c.Path, "config", "", "JSON or YAML `file` of settings: its keys are the long flag names; flags and MCPCANCEL_* variables win over it")
+	usage := "JSON or YAML `file` of settings: its keys are the long flag names"
+	if len(extra) > 0 {
+		usage += " and " + strings.Join(extra, ", ")
+	}
+	usage += " (docs/config.md); flags and MCPCANCEL_* variables win over it"
+	f.FlagSet.StringVar(&c.Path, "config", "", usage)
 	f.config = c
 	return c
 }
@@ -73,15 +78,6 @@ func (f *Flags) fromFile() error {
 // checkKeys refuses a key that is neither a flag nor an extra key, naming
 // the keys there are: a typo must not silently change nothing.
 func (f *Flags) checkKeys(file string, keys map[string]json.RawMessage) error {
-	var unknown []string
-	for _, k := range sortedKeys(keys) {
-		if k == "config" || (f.FlagSet.Lookup(k) == nil && !slices.Contains(f.config.extra, k)) {
-			unknown = append(unknown, fmt.Sprintf("%q", k))
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
 	var valid []string
 	f.FlagSet.VisitAll(func(fl *flag.Flag) {
 		if fl.Name != "config" {
@@ -90,12 +86,59 @@ func (f *Flags) checkKeys(file string, keys map[string]json.RawMessage) error {
 	})
 	valid = append(valid, f.config.extra...)
 	slices.Sort(valid)
+	var unknown []string
+	for _, k := range sortedKeys(keys) {
+		if slices.Contains(valid, k) {
+			continue
+		}
+		if near := nearest(k, valid); near != "" {
+			unknown = append(unknown, fmt.Sprintf("%q (did you mean %q?)", k, near))
+		} else {
+			unknown = append(unknown, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
 	what := "key"
 	if len(unknown) > 1 {
 		what = "keys"
 	}
 	return fmt.Errorf("%s: unknown %s %s for mcpcancel %s; the keys are the long flag names: %s",
 		file, what, strings.Join(unknown, ", "), f.FlagSet.Name(), strings.Join(valid, ", "))
+}
+
+// nearest is the key of keys within two edits of k, the first of the
+// closest; "" if none is.
+func nearest(k string, keys []string) string {
+	best, dist := "", 3
+	for _, c := range keys {
+		if d := editDistance(k, c); d < dist {
+			best, dist = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func (f *Flags) setFromFile(file, key string, raw json.RawMessage) error {

@@ -114,8 +114,9 @@ func TestConfigRefusesBadFiles(t *testing.T) {
 		want             []string
 	}{
 		{"unknown key", "w.json", `{"listen": "x:1", "lisen": "y:2", "demo": true}`,
-			[]string{`w.json: unknown key "lisen" for mcpcancel worker`, "the keys are the long flag names: capacity, demo, drain-timeout, etcd, listen, servers"}},
-		{"two unknown keys", "w.yaml", "htp: x\nadmn: y\n", []string{`unknown keys "admn", "htp"`}},
+			[]string{`w.json: unknown key "lisen" (did you mean "listen"?) for mcpcancel worker`, "the keys are the long flag names: capacity, demo, drain-timeout, etcd, listen, servers"}},
+		{"two unknown keys", "w.yaml", "htp: x\nadmin-port: y\n", []string{`unknown keys "admin-port", "htp" for`}},
+		{"a near key", "w.yaml", "server: {}\n", []string{`unknown key "server" (did you mean "servers"?)`}},
 		{"config names a config", "w.json", `{"config": "other.json"}`, []string{`unknown key "config"`}},
 		{"bad value", "w.json", `{"drain-timeout": "soon"}`, []string{`w.json: drain-timeout: invalid value "soon" for --drain-timeout`}},
 		{"number for a duration", "w.json", `{"drain-timeout": 30}`, []string{`invalid value "30" for --drain-timeout`}},
@@ -162,12 +163,23 @@ func TestConfigInterspersed(t *testing.T) {
 	}
 }
 
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{{"", "", 0}, {"listen", "listen", 0}, {"lisen", "listen", 1}, {"drain_timeout", "drain-timeout", 1}, {"htp", "http", 1}, {"kitten", "sitting", 3}, {"", "abc", 3}} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
 // TestConfigHelp says the file loses to flags and the environment.
 func TestConfigHelp(t *testing.T) {
 	o := newTestFlags()
 	out := o.f.s.Stdout.(*bytes.Buffer)
 	o.f.Parse([]string{"--help"})
-	for _, want := range []string{"both over --config", "--config file", "MCPCANCEL_CONFIG"} {
+	for _, want := range []string{"both over --config", "--config file", "long flag names and servers", "MCPCANCEL_CONFIG"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}
