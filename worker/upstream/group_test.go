@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +28,7 @@ type groupStack struct {
 // groupServer is a server of a test's group.
 type groupServer struct {
 	name string
-	cmd  []string
-	cfg  *upstream.Config
+	opts upstream.Options
 }
 
 // startGroup runs the two servers in one group, alpha without get-env and
@@ -40,8 +40,12 @@ func startGroup(t *testing.T) *groupStack {
 	betaCmd, beta := stdioEverything(t)
 	st := &groupStack{stack: startBare(t), alpha: alpha, beta: beta}
 	runGroup(t, st.stack,
-		groupServer{"alpha", alphaCmd, &upstream.Config{Deny: []string{"get-env"}}},
-		groupServer{"beta", betaCmd, &upstream.Config{Allow: []string{"echo", longOp}}})
+		groupServer{"alpha", upstream.Options{Command: alphaCmd, Config: &upstream.Config{Deny: []string{"get-env"}}}},
+		groupServer{"beta", upstream.Options{Command: betaCmd, Config: &upstream.Config{Allow: []string{"echo", longOp}}}})
+	// The worker has both servers' tools; wait until the coordinator does.
+	st.waitTools(t, func(tools map[string]*pb.Tool) bool {
+		return tools["alpha_"+longOp] != nil && tools["beta_"+longOp] != nil
+	})
 	return st
 }
 
@@ -53,7 +57,8 @@ func runGroup(t *testing.T, st *stack, servers ...groupServer) {
 	testcluster.StartWorker(t, worker.Options{Coordinator: st.coordAddr, Name: "group"}, func(w *worker.Worker) {
 		g = upstream.NewGroup(w, testLogger(t))
 		for _, s := range servers {
-			if _, err := g.Add(s.name, upstream.Options{Command: s.cmd, Config: s.cfg, Logger: testLogger(t), MinBackoff: 20 * time.Millisecond, TerminateWait: 200 * time.Millisecond}); err != nil {
+			s.opts.Logger, s.opts.MinBackoff, s.opts.TerminateWait = testLogger(t), 20*time.Millisecond, 200*time.Millisecond
+			if _, err := g.Add(s.name, s.opts); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -77,7 +82,7 @@ func runGroup(t *testing.T, st *stack, servers ...groupServer) {
 func TestGroupOfOneRenamesNothing(t *testing.T) {
 	cmd, _ := stdioEverything(t)
 	st := startBare(t)
-	runGroup(t, st, groupServer{"solo", cmd, nil})
+	runGroup(t, st, groupServer{"solo", upstream.Options{Command: cmd}})
 	tools := st.waitTools(t, func(tools map[string]*pb.Tool) bool { return tools["echo"] != nil })
 	for name := range tools {
 		if strings.HasPrefix(name, "solo_") {
@@ -284,5 +289,59 @@ func TestGroupAddRefuses(t *testing.T) {
 	}
 	if _, err := g.Add("files", opts); err == nil || !strings.Contains(err.Error(), `two servers named "files"`) {
 		t.Errorf("Add of a name twice = %v", err)
+	}
+}
+
+// TestGroupRoutesByURI fronts server-everything over stdio and the Go
+// fixture server over Streamable HTTP from one worker: each resource is
+// read from the server that lists it (the fixture's ui:// one only it
+// lists), names are prefixed but URIs are not, and a tool of the HTTP
+// server streams its progress through the group. With two servers,
+// neither's serverInfo is shown as the gateway's.
+func TestGroupRoutesByURI(t *testing.T) {
+	cmd, everythingTap := stdioEverything(t)
+	st := startBare(t)
+	runGroup(t, st, groupServer{"everything", upstream.Options{Command: cmd}}, groupServer{"fixture", fixtureHTTP(t, false)})
+	st.waitTools(t, func(tools map[string]*pb.Tool) bool {
+		return tools["everything_echo"] != nil && tools["fixture_burst"] != nil
+	})
+	var progress atomic.Int32
+	cs := clientSession(t, st.url, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progress.Add(1) },
+	})
+	if info := cs.InitializeResult().ServerInfo; info != nil && (info.Name == fixtureName || info.Name == "mcp-servers/everything") {
+		t.Errorf("serverInfo %+v; want the gateway's own with two servers", info)
+	}
+	res, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: fixtureAppURI})
+	if err != nil || len(res.Contents) != 1 || res.Contents[0].Text != fixtureAppHTML {
+		t.Fatalf("resources/read %s = %+v, %v; want the fixture's app", fixtureAppURI, res, err)
+	}
+	if received(everythingTap.messages(t), "resources/read", "") {
+		t.Error("server-everything received a resources/read of the fixture's URI")
+	}
+	const doc = "demo://resource/static/document/architecture.md"
+	if res, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: doc}); err != nil || len(res.Contents) != 1 || res.Contents[0].Text == "" {
+		t.Fatalf("resources/read %s = %+v, %v; want server-everything's document", doc, res, err)
+	}
+	names := map[string]string{}
+	for r, err := range cs.Resources(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[r.URI] = r.Name
+	}
+	if names[fixtureAppURI] != "fixture_app" {
+		t.Errorf("the fixture's resource is named %q; want fixture_app, under its unchanged URI", names[fixtureAppURI])
+	}
+	p := &mcp.CallToolParams{Name: "fixture_burst", Arguments: map[string]any{"n": 5}}
+	p.SetProgressToken("burst")
+	out, err := cs.CallTool(t.Context(), p)
+	if err != nil || out.IsError || out.Content[0].(*mcp.TextContent).Text != "burst 5" {
+		t.Fatalf("fixture_burst = %+v, %v", out, err)
+	}
+	testcluster.WaitFor(t, "the five progress notifications", func() bool { return progress.Load() == 5 })
+	greet, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "fixture_greet"})
+	if err != nil || len(greet.Messages) != 1 {
+		t.Fatalf("prompts/get fixture_greet = %+v, %v", greet, err)
 	}
 }
