@@ -34,6 +34,8 @@ const (
 //	                            without the worker; gone when the handler returned
 //	audit/<nanos>-<call>[-lost] audit record, on a retention lease
 //	janitor/                    the janitor's election
+//	task-runs/<worker>/<task>   a task's run until the task ends, for its
+//	                            worker to start if no gateway did (tasks_runs.go)
 //	abandoned/<begin id>        a Begin its caller gave up on, which may no
 //	                            longer commit; on Begin's lease
 //	schema                      the keyspace's schema version (schema.go)

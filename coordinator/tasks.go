@@ -54,6 +54,10 @@ type TaskOptions struct {
 	MaxResultBytes int
 	// PollInterval is what clients are told to poll at (default 1s).
 	PollInterval time.Duration
+	// OrphanAfter is how long a task's run may wait for its gateway to
+	// open it before the task's worker starts it itself (default 10s;
+	// tasks_runs.go).
+	OrphanAfter time.Duration
 }
 
 // setDefaults fills in the default of every zero field (Options'
@@ -73,6 +77,9 @@ func (o *TaskOptions) setDefaults() {
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = time.Second
+	}
+	if o.OrphanAfter == 0 {
+		o.OrphanAfter = 10 * time.Second
 	}
 }
 
@@ -119,13 +126,15 @@ func (k keys) taskResult(id string) string      { return k.prefix + "task-result
 // the task's lease is gone.
 var errTaskExpired = errors.New("coordinator: the task expired")
 
-// taskOps are the writes a decision adds for a task's call: a completion's
-// result, on the task's lease.
+// taskOps are the writes a decision adds for a task's call: its stored
+// run goes (tasks_runs.go), and a completion's result is kept, on the
+// task's lease.
 func (s *Server) taskOps(rec *callRecord, d decision) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpDelete(s.keys.taskRun(rec.Worker, rec.CallID))}
 	if d.state != stateCompleted || d.task.result == nil || d.task.expired {
-		return nil
+		return ops
 	}
-	return []clientv3.Op{clientv3.OpPut(s.keys.taskResult(rec.CallID), string(d.task.result), clientv3.WithLease(clientv3.LeaseID(rec.Task.Lease)))}
+	return append(ops, clientv3.OpPut(s.keys.taskResult(rec.CallID), string(d.task.result), clientv3.WithLease(clientv3.LeaseID(rec.Task.Lease))))
 }
 
 // taskLeaseGone says whether a decision that failed for a missing lease

@@ -68,7 +68,7 @@ func (s *Server) createTask(ctx context.Context, req *pb.CreateTaskRequest) (*pb
 			return nil, invalid("tool %s does not run as a task", rec.Tool)
 		}
 		rec.CallID, rec.Worker = randid.New(16), w.name
-		fence, err := s.createTaskTxn(ctx, rec, w)
+		fence, err := s.createTaskTxn(ctx, rec, w, req.GetRun())
 		switch {
 		case err == nil:
 			s.view.addOwner(w.name, rec.CallID)
@@ -120,10 +120,10 @@ func (s *Server) revokeTaskLease(ctx context.Context, id clientv3.LeaseID) {
 	s.cli.Revoke(ctx, id)
 }
 
-// createTaskTxn writes the task's call record, its owner key and its task
-// entry in one transaction, if the worker is still the one we saw and the
-// session has not been closed. It returns the fence.
-func (s *Server) createTaskTxn(ctx context.Context, rec *callRecord, w *workerEntry) (int64, error) {
+// createTaskTxn writes the task's call record, its owner key, its task
+// entry and its run in one transaction, if the worker is still the one we
+// saw and the session has not been closed. It returns the fence.
+func (s *Server) createTaskTxn(ctx context.Context, rec *callRecord, w *workerEntry, run *pb.ExecuteRequest) (int64, error) {
 	lease, err := s.begunLease.lease(ctx) // as Begin's: it outlives the call's last possible decision
 	if err != nil {
 		return 0, err
@@ -133,14 +133,18 @@ func (s *Server) createTaskTxn(ctx context.Context, rec *callRecord, w *workerEn
 	wk := s.keys.worker(w.name)
 	closed := s.keys.sessionClosed(rec.Scope)
 	entry := encode(&taskEntry{CallID: rec.CallID, Tool: rec.Tool, CreatedAt: rec.RequestedAt})
-	resp, err := s.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
-		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
-	).Then(
+	writes := []clientv3.Op{
 		clientv3.OpPut(s.keys.call(rec.CallID), encode(rec), clientv3.WithLease(lease)),
 		clientv3.OpPut(s.keys.owner(w.name, rec.CallID), ""),
 		clientv3.OpPut(s.keys.task(rec.Principal, rec.CallID), entry, clientv3.WithLease(clientv3.LeaseID(rec.Task.Lease))),
-	).Else(
+	}
+	if op, ok := s.taskRunOp(run, rec, w); ok {
+		writes = append(writes, op)
+	}
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(wk), "=", w.createRev),
+		clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
+	).Then(writes...).Else(
 		clientv3.OpGet(closed, clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {

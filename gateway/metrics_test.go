@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcpcancel/mcpcancel/gateway"
@@ -13,7 +14,13 @@ import (
 // value pairs.
 func metric(t *testing.T, g *gateway.Gateway, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := g.Registry().Gather()
+	return gathered(t, g.Registry(), name, labels...)
+}
+
+// gathered reads one sample from reg.
+func gathered(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

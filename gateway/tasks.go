@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mcpcancel/mcpcancel/api/client"
@@ -143,7 +144,8 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 // createTask creates the task, answers CreateTaskResult once it is in
 // etcd, and starts its call on the worker.
 func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed, ttl time.Duration, reply sink) {
-	created, e := s.newTask(requestID(m.ID), p, ttl)
+	exec := s.taskExecute(p, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(paramsOf(m))})
+	created, e := s.newTask(requestID(m.ID), p, ttl, exec)
 	if e != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 		s.g.metrics.call(p.target, outcomeRejected)
@@ -153,7 +155,7 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed,
 	// that dies after answering leaves a task that runs, not one nobody
 	// started. A worker that does not answer in time leaves the answer
 	// to go out anyway; the task is then its worker's or the janitor's.
-	admitted := s.startTaskRun(p, created, identityFrom(ctx).Scopes, taskRun{caps: s.taskCapabilities(paramsOf(m))})
+	admitted := s.startTaskRun(p, created, exec)
 	select {
 	case <-admitted:
 	case <-time.After(cancelTimeout): // a bound, not a wait for anything
@@ -165,14 +167,16 @@ func (s *session) createTask(ctx context.Context, m *jsonrpc.Message, p *routed,
 	}
 }
 
-// newTask creates a task for the tool call p, durably, in etcd.
-func (s *session) newTask(id *pb.RequestId, p *routed, ttl time.Duration) (*pb.CreateTaskResponse, *jsonrpc.Error) {
+// newTask creates a task for the tool call p, durably, in etcd, keeping
+// its run, exec, for its worker to start should this gateway be lost
+// before it does.
+func (s *session) newTask(id *pb.RequestId, p *routed, ttl time.Duration, exec *pb.ExecuteRequest) (*pb.CreateTaskResponse, *jsonrpc.Error) {
 	g := s.g
 	cctx, cancel := context.WithTimeout(g.base, cancelTimeout)
 	defer cancel()
 	req := &pb.CreateTaskRequest{
 		Key: &pb.CallKey{Scope: s.scope, RequestId: id}, Tool: p.target,
-		Principal: s.principal, Gateway: g.opts.Name,
+		Principal: s.principal, Gateway: g.opts.Name, Run: exec,
 	}
 	if ttl > 0 {
 		req.Ttl = durationpb.New(ttl)
@@ -203,10 +207,19 @@ func (s *session) taskCapabilities(params *inParams) json.RawMessage {
 	return s.capabilitiesFor(params)
 }
 
-// startTaskRun starts the task's call on its worker, under the gateway.
-// The channel closes once the worker holds the task, or the attempt to
-// start it ended.
-func (s *session) startTaskRun(p *routed, created *pb.CreateTaskResponse, scopes []string, run taskRun) <-chan struct{} {
+// taskExecute is the Execute of the task's call, but for what the task's
+// creation decides: its id, fence, worker and deadline.
+func (s *session) taskExecute(p *routed, scopes []string, run taskRun) *pb.ExecuteRequest {
+	return &pb.ExecuteRequest{
+		Tool: p.target, ArgumentsJson: p.arguments, Principal: s.principal, Scopes: scopes, Task: true,
+		ClientCapabilitiesJson: run.caps, Scope: s.scope, InputResponses: run.inputs,
+	}
+}
+
+// startTaskRun starts the task's call, exec, on its worker, under the
+// gateway. The channel closes once the worker holds the task, or the
+// attempt to start it ended.
+func (s *session) startTaskRun(p *routed, created *pb.CreateTaskResponse, exec *pb.ExecuteRequest) <-chan struct{} {
 	token := p.token
 	if len(token) > 0 && token[0] != '"' && token[0] != '-' && (token[0] < '0' || token[0] > '9') {
 		token = nil // a progress token is a string or a number
@@ -215,7 +228,7 @@ func (s *session) startTaskRun(p *routed, created *pb.CreateTaskResponse, scopes
 	once := sync.OnceFunc(func() { close(admitted) })
 	if !s.g.startTask(func(base context.Context) {
 		defer once()
-		s.runTask(base, p, created, token, scopes, run, once)
+		s.runTask(base, created, token, exec, once)
 	}) {
 		s.g.failTask(created.GetTask(), "the gateway shut down before the task started")
 		once()
@@ -252,9 +265,11 @@ func (g *Gateway) startTask(f func(context.Context)) bool {
 // runTask starts the task's call on its worker and follows the stream
 // while it lasts. The worker keeps running the task when the stream ends
 // (this gateway shutting down, say). A worker that refuses the call fails
-// the task; a stream lost otherwise leaves the task to its worker, or, if
-// the worker is gone, to the coordinator's janitor.
-func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTaskResponse, token json.RawMessage, scopes []string, run taskRun, admitted func()) {
+// the task; one that opened it already (itself, finding this gateway
+// late: tasks_runs.go in the coordinator) keeps it; a stream lost
+// otherwise leaves the task to its worker, or, if the worker is gone, to
+// the coordinator's janitor.
+func (s *session) runTask(ctx context.Context, created *pb.CreateTaskResponse, token json.RawMessage, exec *pb.ExecuteRequest, admitted func()) {
 	g := s.g
 	t := created.GetTask()
 	wc, err := g.workerClient(created.GetWorkerAddress())
@@ -264,12 +279,10 @@ func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTask
 	}
 	ctx, stop := context.WithDeadline(ctx, created.GetDeadline().AsTime().Add(g.opts.ExecuteGrace))
 	defer stop()
-	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
-		CallId: t.GetTaskId(), Fence: t.GetFence(), Tool: p.target, ArgumentsJson: p.arguments,
-		Deadline: created.GetDeadline(), Progress: len(token) > 0,
-		Worker: t.GetWorker(), Principal: s.principal, Scopes: scopes, Task: true,
-		ClientCapabilitiesJson: run.caps, Scope: s.scope, InputResponses: run.inputs,
-	})
+	req := proto.CloneOf(exec)
+	req.CallId, req.Fence, req.Worker = t.GetTaskId(), t.GetFence(), t.GetWorker()
+	req.Deadline, req.Progress = created.GetDeadline(), len(token) > 0
+	stream, err := wc.Execute(ctx, req)
 	if err == nil {
 		stream.Header() // the worker holds the task (or the stream failed: drain says how)
 		admitted()
@@ -278,9 +291,11 @@ func (s *session) runTask(ctx context.Context, p *routed, created *pb.CreateTask
 	switch status.Code(err) {
 	case codes.OK:
 		s.notifyTask(t.GetTaskId())
-	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.ResourceExhausted, codes.AlreadyExists:
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.ResourceExhausted:
 		g.failTask(t, "the worker refused the task: "+status.Convert(err).Message())
 		s.notifyTask(t.GetTaskId())
+	case codes.AlreadyExists:
+		g.log.Info("the task's worker opened its run before this gateway did; it runs there", "task", t.GetTaskId())
 	default:
 		if ctx.Err() == nil {
 			g.log.Info("lost the stream of a task; its worker keeps running it", "task", t.GetTaskId(), "err", err)

@@ -30,7 +30,8 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 		c.refuse(wc, callID, seq, jsonrpc.CodeMethodNotFound, why)
 		return
 	}
-	created, e := c.s.newTask(requestID(c.id), p, 0)
+	exec := c.s.taskExecute(p, c.scopes, taskRun{caps: c.toward.caps, inputs: c.toward.round.inputs})
+	created, e := c.s.newTask(requestID(c.id), p, 0, exec)
 	if e != nil {
 		c.refuse(wc, callID, seq, e.Code, e.Message)
 		return
@@ -44,7 +45,7 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 		return
 	}
 	c.toward.note(seq, taskStartMethodName, "task:"+t.GetTaskId())
-	c.s.startTaskRun(p, created, c.scopes, taskRun{caps: c.toward.caps, inputs: c.toward.round.inputs}) // its client already knows of it
+	c.s.startTaskRun(p, created, exec) // its client already knows of it
 	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL, reason: "the call continues as task " + t.GetTaskId()})
 }
 

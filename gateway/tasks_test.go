@@ -253,3 +253,54 @@ func TestTaskRunsWhenItsGatewayGoesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A task keeps its run as the gateway executes it, for its worker to
+// start should the gateway be lost first (coordinator/tasks_runs.go):
+// listed to the task's worker once the bound passes, with the client's
+// arguments, and not run again there while the gateway's run goes on;
+// gone once the task ends.
+func TestTaskKeepsItsRun(t *testing.T) {
+	cl := etcdtest.Single(t)
+	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{Tasks: coordinator.TaskOptions{OrphanAfter: time.Nanosecond}})
+	h := &taskHold{started: make(chan string, 8), release: make(chan struct{}, 8), returned: make(chan string, 8)}
+	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "tw", TaskRunScan: 5 * time.Millisecond}, func(w *worker.Worker) {
+		w.Handle(worker.Tool{Name: "research", TaskSupport: worker.TaskOptional}, h.handle)
+	})
+	conn := coord.Conn(t)
+	cc := pb.NewCoordinatorServiceClient(conn)
+	waitFor(t, "the task tool", func() bool {
+		resp, err := cc.ListTools(t.Context(), nil)
+		return err == nil && len(resp.Tools) == 1
+	})
+	_, url := testcluster.StartGateway(t, conn, gateway.Options{})
+	s := openSession(t, url)
+	created := resultOf(t, rpc(t, url, s, 1, "tools/call", map[string]any{"name": "research", "arguments": map[string]any{"topic": "tides"}, "task": map[string]any{}}))
+	id := created["task"].(map[string]any)["taskId"].(string)
+	if got := <-h.started; got != id {
+		t.Fatalf("handler of %s started, want %s", got, id)
+	}
+	runs := func() []*pb.ExecuteRequest {
+		resp, err := cc.ListTaskRuns(t.Context(), &pb.ListTaskRunsRequest{Worker: "tw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Runs
+	}
+	got := runs()
+	if len(got) != 1 || got[0].CallId != id || got[0].Tool != "research" || string(got[0].ArgumentsJson) != `{"topic":"tides"}` || !got[0].Task || got[0].Worker != "tw" {
+		t.Fatalf("the task's run as kept: %v", got)
+	}
+	// The worker asks twice more, so at least once after the run was
+	// listed, and finds it opened already.
+	asked := func() float64 {
+		return gathered(t, coord.Server.Registry(), "grpc_server_handled_total", "grpc_method", "ListTaskRuns", "grpc_code", "OK")
+	}
+	then := asked()
+	waitFor(t, "the worker to ask for its task runs twice", func() bool { return asked() >= then+2 })
+	h.release <- struct{}{}
+	<-h.returned
+	waitFor(t, "the ended task's run to go", func() bool { return len(runs()) == 0 })
+	if len(h.started) != 0 {
+		t.Fatal("the worker ran a task its gateway had opened")
+	}
+}

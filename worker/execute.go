@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 )
@@ -80,7 +81,7 @@ func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		ordered:       make(chan struct{}),
 	}
 	e.toward.init(ctx, req)
-	if err := w.track(e); err != nil {
+	if err := w.track(e, req.GetDeadline()); err != nil {
 		return err
 	}
 	defer w.untrack(e)
@@ -150,11 +151,20 @@ func (w *Worker) admit(req *pb.ExecuteRequest) (invoke, json.RawMessage, error) 
 	return run, args, nil
 }
 
-func (w *Worker) track(e *execution) error {
+func (w *Worker) track(e *execution, deadline *timestamppb.Timestamp) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, dup := w.calls[e.ref.CallId]; dup {
 		return status.Error(codes.AlreadyExists, "call already executing")
+	}
+	if e.task {
+		var d time.Time
+		if deadline != nil {
+			d = deadline.AsTime()
+		}
+		if err := w.openTaskLocked(e.ref.CallId, d); err != nil { // taskruns.go
+			return err
+		}
 	}
 	w.calls[e.ref.CallId] = e
 	w.running.Add(1)

@@ -11,6 +11,7 @@ type metrics struct {
 	reg        *prometheus.Registry
 	calls      *prometheus.CounterVec
 	cancelStop prometheus.Histogram
+	orphanRuns prometheus.Counter
 }
 
 func newMetrics(w *Worker) *metrics {
@@ -25,6 +26,10 @@ func newMetrics(w *Worker) *metrics {
 			Help:    "From a call's context being cancelled to its handler returning.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. 26s
 		}),
+		orphanRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpcancel_worker_orphan_task_runs_total",
+			Help: "Task runs this worker started itself because no gateway opened them in time (its creating gateway was lost).",
+		}),
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mcpcancel_worker_calls_in_flight",
@@ -38,7 +43,7 @@ func newMetrics(w *Worker) *metrics {
 		Name: "mcpcancel_worker_running_handlers",
 		Help: "Handlers running on this worker: calls whose handler has not returned.",
 	}, func() float64 { return float64(w.handlers.Load()) })
-	m.reg.MustRegister(m.calls, m.cancelStop, inflight, handlers,
+	m.reg.MustRegister(m.calls, m.cancelStop, m.orphanRuns, inflight, handlers,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -44,6 +44,10 @@ type Options struct {
 	// DrainTimeout bounds how long shutdown waits for running handlers
 	// before cancelling them (default 30s).
 	DrainTimeout time.Duration
+	// TaskRunScan is how often the worker asks the coordinator for runs of
+	// its tasks that no gateway opened, to start them itself (default 5s;
+	// taskruns.go).
+	TaskRunScan time.Duration
 	// DialOptions and ServerOptions add to the gRPC defaults (plaintext).
 	DialOptions   []grpc.DialOption
 	ServerOptions []grpc.ServerOption
@@ -119,6 +123,7 @@ type Worker struct {
 	offered  *offered // resources, templates, prompts, completions
 	toolsGen uint64   // counts changes to tools and offers
 	calls    map[string]*execution
+	opened   map[string]time.Time // task runs opened here, until their deadline (taskruns.go)
 	draining bool
 	running  sync.WaitGroup // handlers
 	handlers atomic.Int64   // handlers that have not returned (metrics)
@@ -160,6 +165,7 @@ func New(opts Options) *Worker {
 		tools:   map[string]*registered{},
 		offered: newOffered(),
 		calls:   map[string]*execution{},
+		opened:  map[string]time.Time{},
 		closed:  make(chan struct{}),
 		runDone: make(chan struct{}),
 	}
@@ -176,6 +182,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = 30 * time.Second
+	}
+	if o.TaskRunScan == 0 {
+		o.TaskRunScan = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -295,6 +304,10 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 	g.Go(func() error {
 		defer close(ctrlDone)
 		return w.ctrl.run(ctrlCtx)
+	})
+	g.Go(func() error {
+		w.scanTaskRuns(ctx, func(run func()) { g.Go(func() error { run(); return nil }) })
+		return nil
 	})
 	g.Go(func() error {
 		select {

@@ -39,6 +39,7 @@ type coordinatorFlags struct {
 	embedDir                   string
 	auditExport, admin         string
 	leaseTTL, retention, grace time.Duration
+	orphanAfter                time.Duration
 	logLevel                   *slog.Level
 	tls                        tlsconfig.Files
 	etcdSecurity               etcdSecurity
@@ -58,6 +59,7 @@ func parseCoordinatorFlags(s cmdline.Streams, args []string) (*coordinatorFlags,
 		"every replica given this flag exports every record, so dedupe on (call_id, outcome)")
 	f.StringVar(&o.admin, "admin", "", "`HOST:PORT` to serve /metrics on; empty serves none")
 	f.DurationVar(&o.grace, "shutdown-timeout", 10*time.Second, "how long a graceful stop may take before open streams are cut")
+	f.DurationVar(&o.orphanAfter, "task-orphan-after", 10*time.Second, "how long a new task's run waits for its gateway to start it before its worker may start it itself (the gateway was lost)")
 	f.TLS(&o.tls)
 	o.etcdSecurity.register(f)
 	o.logLevel = f.LogLevel()
@@ -72,7 +74,7 @@ func (o *coordinatorFlags) check() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"lease-ttl", o.leaseTTL}, {"retention", o.retention}, {"shutdown-timeout", o.grace}} {
+	}{{"lease-ttl", o.leaseTTL}, {"retention", o.retention}, {"shutdown-timeout", o.grace}, {"task-orphan-after", o.orphanAfter}} {
 		if d.v <= 0 {
 			return cmdline.Usage(fmt.Errorf("--%s must be positive, not %v", d.flag, d.v))
 		}
@@ -142,7 +144,7 @@ func runCoordinator(ctx context.Context, s cmdline.Streams, args []string) error
 	}
 	srv := coordinator.New(coordinator.Options{
 		Client: etcd, Prefix: o.prefix, Name: o.name, LeaseTTL: o.leaseTTL, Retention: o.retention,
-		Logger: log,
+		Tasks: coordinator.TaskOptions{OrphanAfter: o.orphanAfter}, Logger: log,
 	})
 	also := []func(context.Context) error{
 		func(ctx context.Context) error {

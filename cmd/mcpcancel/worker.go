@@ -36,7 +36,7 @@ type workerFlags struct {
 	admin                                string
 	demo, fixtures                       bool
 	capacity                             int
-	drain                                time.Duration
+	drain, taskRunScan                   time.Duration
 	logLevel                             *slog.Level
 	tls                                  tlsconfig.Files
 	upstream                             upstreamFlags
@@ -55,6 +55,7 @@ func parseWorkerFlags(s cmdline.Streams, args []string) (*workerFlags, error) {
 	f.BoolVar(&o.fixtures, "fixtures", false, "with --demo, also serve the MCP conformance suite's test_* and task tools")
 	f.IntVar(&o.capacity, "capacity", 0, "most calls to run at once; 0 means no limit")
 	f.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for running calls before cancelling them")
+	f.DurationVar(&o.taskRunScan, "task-run-scan", 5*time.Second, "how often to ask for runs of this worker's tasks that no gateway started (their gateway was lost), to start them")
 	f.TLS(&o.tls)
 	o.upstream.register(f, true)
 	o.logLevel = f.LogLevel()
@@ -87,6 +88,8 @@ func (o *workerFlags) check() error {
 		return cmdline.Usage(fmt.Errorf("--capacity must not be negative, not %d", o.capacity))
 	case o.drain <= 0:
 		return cmdline.Usage(fmt.Errorf("--drain-timeout must be positive, not %v", o.drain))
+	case o.taskRunScan <= 0:
+		return cmdline.Usage(fmt.Errorf("--task-run-scan must be positive, not %v", o.taskRunScan))
 	}
 	if err := o.upstream.check(); err != nil {
 		return cmdline.Usage(err)
@@ -127,7 +130,7 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	}
 	w := worker.New(worker.Options{
 		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
-		Capacity: o.capacityFor(), DrainTimeout: o.drain, Logger: log,
+		Capacity: o.capacityFor(), DrainTimeout: o.drain, TaskRunScan: o.taskRunScan, Logger: log,
 		DialOptions:   sec.DialOptions(tlsconfig.RoleCoordinator),
 		ServerOptions: sec.ServerOptions(authz.Worker()),
 	})

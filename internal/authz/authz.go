@@ -73,6 +73,9 @@ func Coordinator() *Policy {
 		// A task's client answers through its gateway; the task's worker
 		// records what its call waits on.
 		coord("UpdateTask"): {g}, coord("SetTaskInput"): {w},
+		// A worker starts its tasks whose gateway was lost before the
+		// task's run opened.
+		coord("ListTaskRuns"): {w},
 	})
 	for _, m := range []string{"Cancel", "Fail", "Complete", "SetTaskInput"} {
 		p.check[coord(m)] = workerSettlesOwnCall

@@ -4320,7 +4320,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x11SETTLE_RESULT_WON\x10\x01\x12#\n" +
 	"\x1fSETTLE_RESULT_ALREADY_CANCELLED\x10\x02\x12 \n" +
 	"\x1cSETTLE_RESULT_ALREADY_FAILED\x10\x03\x12#\n" +
-	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xf2\x11\n" +
+	"\x1fSETTLE_RESULT_ALREADY_COMPLETED\x10\x042\xc9\x12\n" +
 	"\x12CoordinatorService\x12@\n" +
 	"\x05Begin\x12\x1a.mcpcancel.v1.BeginRequest\x1a\x1b.mcpcancel.v1.BeginResponse\x12B\n" +
 	"\x05Start\x12\x1a.mcpcancel.v1.StartRequest\x1a\x1b.mcpcancel.v1.StartResponse0\x01\x12C\n" +
@@ -4353,7 +4353,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1f.mcpcancel.v1.CancelTaskRequest\x1a .mcpcancel.v1.CancelTaskResponse\x12N\n" +
 	"\tWatchTask\x12\x1e.mcpcancel.v1.WatchTaskRequest\x1a\x1f.mcpcancel.v1.WatchTaskResponse0\x01\x12U\n" +
-	"\fSetTaskInput\x12!.mcpcancel.v1.SetTaskInputRequest\x1a\".mcpcancel.v1.SetTaskInputResponse\x12O\n" +
+	"\fSetTaskInput\x12!.mcpcancel.v1.SetTaskInputRequest\x1a\".mcpcancel.v1.SetTaskInputResponse\x12U\n" +
+	"\fListTaskRuns\x12!.mcpcancel.v1.ListTaskRunsRequest\x1a\".mcpcancel.v1.ListTaskRunsResponse\x12O\n" +
 	"\n" +
 	"UpdateTask\x12\x1f.mcpcancel.v1.UpdateTaskRequest\x1a .mcpcancel.v1.UpdateTaskResponseB\xb2\x01\n" +
 	"\x10com.mcpcancel.v1B\x10CoordinatorProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
@@ -4452,14 +4453,16 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*ListTasksRequest)(nil),                  // 76: mcpcancel.v1.ListTasksRequest
 	(*CancelTaskRequest)(nil),                 // 77: mcpcancel.v1.CancelTaskRequest
 	(*WatchTaskRequest)(nil),                  // 78: mcpcancel.v1.WatchTaskRequest
-	(*UpdateTaskRequest)(nil),                 // 79: mcpcancel.v1.UpdateTaskRequest
-	(*CreateTaskResponse)(nil),                // 80: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 81: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 82: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 83: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 84: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 85: mcpcancel.v1.WatchTaskResponse
-	(*UpdateTaskResponse)(nil),                // 86: mcpcancel.v1.UpdateTaskResponse
+	(*ListTaskRunsRequest)(nil),               // 79: mcpcancel.v1.ListTaskRunsRequest
+	(*UpdateTaskRequest)(nil),                 // 80: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 81: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 82: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 83: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 84: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 85: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 86: mcpcancel.v1.WatchTaskResponse
+	(*ListTaskRunsResponse)(nil),              // 87: mcpcancel.v1.ListTaskRunsResponse
+	(*UpdateTaskResponse)(nil),                // 88: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	61,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
@@ -4571,37 +4574,39 @@ var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
 	77,  // 106: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
 	78,  // 107: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
 	58,  // 108: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
-	79,  // 109: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
-	3,   // 110: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	5,   // 111: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
-	9,   // 112: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	11,  // 113: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	13,  // 114: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	15,  // 115: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
-	25,  // 116: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	31,  // 117: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	34,  // 118: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	36,  // 119: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	38,  // 120: mcpcancel.v1.CoordinatorService.GetCallStates:output_type -> mcpcancel.v1.GetCallStatesResponse
-	40,  // 121: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	42,  // 122: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	44,  // 123: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	46,  // 124: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	49,  // 125: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	51,  // 126: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	53,  // 127: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	55,  // 128: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	57,  // 129: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	80,  // 130: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	81,  // 131: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	82,  // 132: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	83,  // 133: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	84,  // 134: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	85,  // 135: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	59,  // 136: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
-	86,  // 137: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
-	110, // [110:138] is the sub-list for method output_type
-	82,  // [82:110] is the sub-list for method input_type
+	79,  // 109: mcpcancel.v1.CoordinatorService.ListTaskRuns:input_type -> mcpcancel.v1.ListTaskRunsRequest
+	80,  // 110: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,   // 111: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	5,   // 112: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
+	9,   // 113: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	11,  // 114: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	13,  // 115: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	15,  // 116: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
+	25,  // 117: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	31,  // 118: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	34,  // 119: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	36,  // 120: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	38,  // 121: mcpcancel.v1.CoordinatorService.GetCallStates:output_type -> mcpcancel.v1.GetCallStatesResponse
+	40,  // 122: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	42,  // 123: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	44,  // 124: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	46,  // 125: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	49,  // 126: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	51,  // 127: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	53,  // 128: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	55,  // 129: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	57,  // 130: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	81,  // 131: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	82,  // 132: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	83,  // 133: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	84,  // 134: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	85,  // 135: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	86,  // 136: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	59,  // 137: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	87,  // 138: mcpcancel.v1.CoordinatorService.ListTaskRuns:output_type -> mcpcancel.v1.ListTaskRunsResponse
+	88,  // 139: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	111, // [111:140] is the sub-list for method output_type
+	82,  // [82:111] is the sub-list for method input_type
 	82,  // [82:82] is the sub-list for extension type_name
 	82,  // [82:82] is the sub-list for extension extendee
 	0,   // [0:82] is the sub-list for field type_name

@@ -46,6 +46,7 @@ const (
 	CoordinatorService_CancelTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/CancelTask"
 	CoordinatorService_WatchTask_FullMethodName                 = "/mcpcancel.v1.CoordinatorService/WatchTask"
 	CoordinatorService_SetTaskInput_FullMethodName              = "/mcpcancel.v1.CoordinatorService/SetTaskInput"
+	CoordinatorService_ListTaskRuns_FullMethodName              = "/mcpcancel.v1.CoordinatorService/ListTaskRuns"
 	CoordinatorService_UpdateTask_FullMethodName                = "/mcpcancel.v1.CoordinatorService/UpdateTask"
 )
 
@@ -139,6 +140,10 @@ type CoordinatorServiceClient interface {
 	// task is INPUT_REQUIRED while anything is outstanding. Workers call it
 	// for their own calls.
 	SetTaskInput(ctx context.Context, in *SetTaskInputRequest, opts ...grpc.CallOption) (*SetTaskInputResponse, error)
+	// ListTaskRuns lists the runs of a worker's tasks that no gateway has
+	// opened on it in time (their creating gateway was lost): the worker
+	// starts them itself. Workers call it for themselves.
+	ListTaskRuns(ctx context.Context, in *ListTaskRunsRequest, opts ...grpc.CallOption) (*ListTaskRunsResponse, error)
 	// UpdateTask takes a client's answers to what one of the principal's
 	// tasks waits on (tasks/update), in one fenced transaction: an update
 	// that loses to the task's end takes nothing.
@@ -471,6 +476,16 @@ func (c *coordinatorServiceClient) SetTaskInput(ctx context.Context, in *SetTask
 	return out, nil
 }
 
+func (c *coordinatorServiceClient) ListTaskRuns(ctx context.Context, in *ListTaskRunsRequest, opts ...grpc.CallOption) (*ListTaskRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTaskRunsResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_ListTaskRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorServiceClient) UpdateTask(ctx context.Context, in *UpdateTaskRequest, opts ...grpc.CallOption) (*UpdateTaskResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateTaskResponse)
@@ -571,6 +586,10 @@ type CoordinatorServiceServer interface {
 	// task is INPUT_REQUIRED while anything is outstanding. Workers call it
 	// for their own calls.
 	SetTaskInput(context.Context, *SetTaskInputRequest) (*SetTaskInputResponse, error)
+	// ListTaskRuns lists the runs of a worker's tasks that no gateway has
+	// opened on it in time (their creating gateway was lost): the worker
+	// starts them itself. Workers call it for themselves.
+	ListTaskRuns(context.Context, *ListTaskRunsRequest) (*ListTaskRunsResponse, error)
 	// UpdateTask takes a client's answers to what one of the principal's
 	// tasks waits on (tasks/update), in one fenced transaction: an update
 	// that loses to the task's end takes nothing.
@@ -665,6 +684,9 @@ func (UnimplementedCoordinatorServiceServer) WatchTask(*WatchTaskRequest, grpc.S
 }
 func (UnimplementedCoordinatorServiceServer) SetTaskInput(context.Context, *SetTaskInputRequest) (*SetTaskInputResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetTaskInput not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) ListTaskRuns(context.Context, *ListTaskRunsRequest) (*ListTaskRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTaskRuns not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) UpdateTask(context.Context, *UpdateTaskRequest) (*UpdateTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateTask not implemented")
@@ -1130,6 +1152,24 @@ func _CoordinatorService_SetTaskInput_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CoordinatorService_ListTaskRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTaskRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).ListTaskRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_ListTaskRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).ListTaskRuns(ctx, req.(*ListTaskRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CoordinatorService_UpdateTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UpdateTaskRequest)
 	if err := dec(in); err != nil {
@@ -1238,6 +1278,10 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTaskInput",
 			Handler:    _CoordinatorService_SetTaskInput_Handler,
+		},
+		{
+			MethodName: "ListTaskRuns",
+			Handler:    _CoordinatorService_ListTaskRuns_Handler,
 		},
 		{
 			MethodName: "UpdateTask",

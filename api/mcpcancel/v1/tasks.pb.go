@@ -463,7 +463,14 @@ type CreateTaskRequest struct {
 	Gateway string `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
 	// How long the task is kept; the coordinator's default and maximum
 	// apply. The task's call runs at most this long.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The task's call as the gateway executes it, without call_id, fence,
+	// worker and deadline, which the coordinator fills in. It is stored
+	// with the task until the task ends, so that if the gateway is lost
+	// before the run opens on its worker, the worker starts it itself
+	// (ListTaskRuns). Optional: without it, such a task fails at its
+	// deadline. Runs over the coordinator's bound are not stored.
+	Run           *ExecuteRequest `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -533,6 +540,106 @@ func (x *CreateTaskRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *CreateTaskRequest) GetRun() *ExecuteRequest {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type ListTaskRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker asking: only runs of tasks placed on it, in its current
+	// registration, are listed.
+	Worker        string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTaskRunsRequest) Reset() {
+	*x = ListTaskRunsRequest{}
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTaskRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTaskRunsRequest) ProtoMessage() {}
+
+func (x *ListTaskRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTaskRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListTaskRunsRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListTaskRunsRequest) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+type ListTaskRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored runs of the worker's unsettled tasks created longer ago
+	// than the coordinator's bound, ready to execute. The worker starts
+	// those it has not opened already.
+	Runs          []*ExecuteRequest `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTaskRunsResponse) Reset() {
+	*x = ListTaskRunsResponse{}
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTaskRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTaskRunsResponse) ProtoMessage() {}
+
+func (x *ListTaskRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTaskRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListTaskRunsResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListTaskRunsResponse) GetRuns() []*ExecuteRequest {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
 type CreateTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -546,7 +653,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +665,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +678,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateTaskResponse) GetTask() *Task {
@@ -608,7 +715,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +727,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +740,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -666,7 +773,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +785,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +798,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{7}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -713,7 +820,7 @@ type WaitTaskRequest struct {
 
 func (x *WaitTaskRequest) Reset() {
 	*x = WaitTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +832,7 @@ func (x *WaitTaskRequest) String() string {
 func (*WaitTaskRequest) ProtoMessage() {}
 
 func (x *WaitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +845,7 @@ func (x *WaitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTaskRequest.ProtoReflect.Descriptor instead.
 func (*WaitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{8}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WaitTaskRequest) GetTaskId() string {
@@ -764,7 +871,7 @@ type WaitTaskResponse struct {
 
 func (x *WaitTaskResponse) Reset() {
 	*x = WaitTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +883,7 @@ func (x *WaitTaskResponse) String() string {
 func (*WaitTaskResponse) ProtoMessage() {}
 
 func (x *WaitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +896,7 @@ func (x *WaitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitTaskResponse.ProtoReflect.Descriptor instead.
 func (*WaitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WaitTaskResponse) GetTask() *Task {
@@ -811,7 +918,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +930,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +943,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTasksRequest) GetPrincipal() string {
@@ -870,7 +977,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +989,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1002,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{11}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -923,7 +1030,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1042,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1055,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{12}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelTaskRequest) GetTaskId() string {
@@ -984,7 +1091,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1103,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_tasks_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1116,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{13}
+	return file_mcpcancel_v1_tasks_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelTaskResponse) GetCancelled() bool {
@@ -1030,7 +1137,7 @@ var File_mcpcancel_v1_tasks_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_tasks_proto_rawDesc = "" +
 	"\n" +
-	"\x18mcpcancel/v1/tasks.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xbe\x04\n" +
+	"\x18mcpcancel/v1/tasks.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\x1a\x19mcpcancel/v1/worker.proto\"\xbe\x04\n" +
 	"\x04Task\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.mcpcancel.v1.TaskStatusR\x06status\x12%\n" +
@@ -1066,13 +1173,18 @@ const file_mcpcancel_v1_tasks_proto_rawDesc = "" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05scope\x18\x03 \x01(\tR\x05scope\x12%\n" +
 	"\x0eworker_address\x18\x04 \x01(\tR\rworkerAddress\x12&\n" +
-	"\x04task\x18\x05 \x01(\v2\x12.mcpcancel.v1.TaskR\x04task\"\xb5\x01\n" +
+	"\x04task\x18\x05 \x01(\v2\x12.mcpcancel.v1.TaskR\x04task\"\xe5\x01\n" +
 	"\x11CreateTaskRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
 	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x18\n" +
 	"\agateway\x18\x04 \x01(\tR\agateway\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x9b\x01\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12.\n" +
+	"\x03run\x18\x06 \x01(\v2\x1c.mcpcancel.v1.ExecuteRequestR\x03run\"-\n" +
+	"\x13ListTaskRunsRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"H\n" +
+	"\x14ListTaskRunsResponse\x120\n" +
+	"\x04runs\x18\x01 \x03(\v2\x1c.mcpcancel.v1.ExecuteRequestR\x04runs\"\x9b\x01\n" +
 	"\x12CreateTaskResponse\x12&\n" +
 	"\x04task\x18\x01 \x01(\v2\x12.mcpcancel.v1.TaskR\x04task\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x126\n" +
@@ -1128,7 +1240,7 @@ func file_mcpcancel_v1_tasks_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_tasks_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_tasks_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_mcpcancel_v1_tasks_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_mcpcancel_v1_tasks_proto_goTypes = []any{
 	(TaskStatus)(0),               // 0: mcpcancel.v1.TaskStatus
 	(*Task)(nil),                  // 1: mcpcancel.v1.Task
@@ -1136,45 +1248,50 @@ var file_mcpcancel_v1_tasks_proto_goTypes = []any{
 	(*UpdateTaskRequest)(nil),     // 3: mcpcancel.v1.UpdateTaskRequest
 	(*UpdateTaskResponse)(nil),    // 4: mcpcancel.v1.UpdateTaskResponse
 	(*CreateTaskRequest)(nil),     // 5: mcpcancel.v1.CreateTaskRequest
-	(*CreateTaskResponse)(nil),    // 6: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskRequest)(nil),        // 7: mcpcancel.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 8: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskRequest)(nil),       // 9: mcpcancel.v1.WaitTaskRequest
-	(*WaitTaskResponse)(nil),      // 10: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksRequest)(nil),      // 11: mcpcancel.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 12: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 13: mcpcancel.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 14: mcpcancel.v1.CancelTaskResponse
-	nil,                           // 15: mcpcancel.v1.UpdateTaskRequest.InputResponsesEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(Initiator)(0),                // 18: mcpcancel.v1.Initiator
-	(*CallKey)(nil),               // 19: mcpcancel.v1.CallKey
+	(*ListTaskRunsRequest)(nil),   // 6: mcpcancel.v1.ListTaskRunsRequest
+	(*ListTaskRunsResponse)(nil),  // 7: mcpcancel.v1.ListTaskRunsResponse
+	(*CreateTaskResponse)(nil),    // 8: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskRequest)(nil),        // 9: mcpcancel.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 10: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskRequest)(nil),       // 11: mcpcancel.v1.WaitTaskRequest
+	(*WaitTaskResponse)(nil),      // 12: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksRequest)(nil),      // 13: mcpcancel.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 14: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 15: mcpcancel.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 16: mcpcancel.v1.CancelTaskResponse
+	nil,                           // 17: mcpcancel.v1.UpdateTaskRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(Initiator)(0),                // 20: mcpcancel.v1.Initiator
+	(*CallKey)(nil),               // 21: mcpcancel.v1.CallKey
+	(*ExecuteRequest)(nil),        // 22: mcpcancel.v1.ExecuteRequest
 }
 var file_mcpcancel_v1_tasks_proto_depIdxs = []int32{
 	0,  // 0: mcpcancel.v1.Task.status:type_name -> mcpcancel.v1.TaskStatus
-	16, // 1: mcpcancel.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	16, // 2: mcpcancel.v1.Task.last_updated_at:type_name -> google.protobuf.Timestamp
-	17, // 3: mcpcancel.v1.Task.ttl:type_name -> google.protobuf.Duration
-	17, // 4: mcpcancel.v1.Task.poll_interval:type_name -> google.protobuf.Duration
-	18, // 5: mcpcancel.v1.Task.initiator:type_name -> mcpcancel.v1.Initiator
+	18, // 1: mcpcancel.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	18, // 2: mcpcancel.v1.Task.last_updated_at:type_name -> google.protobuf.Timestamp
+	19, // 3: mcpcancel.v1.Task.ttl:type_name -> google.protobuf.Duration
+	19, // 4: mcpcancel.v1.Task.poll_interval:type_name -> google.protobuf.Duration
+	20, // 5: mcpcancel.v1.Task.initiator:type_name -> mcpcancel.v1.Initiator
 	2,  // 6: mcpcancel.v1.Task.input_requests:type_name -> mcpcancel.v1.TaskInput
-	15, // 7: mcpcancel.v1.UpdateTaskRequest.input_responses:type_name -> mcpcancel.v1.UpdateTaskRequest.InputResponsesEntry
+	17, // 7: mcpcancel.v1.UpdateTaskRequest.input_responses:type_name -> mcpcancel.v1.UpdateTaskRequest.InputResponsesEntry
 	2,  // 8: mcpcancel.v1.UpdateTaskResponse.accepted:type_name -> mcpcancel.v1.TaskInput
 	1,  // 9: mcpcancel.v1.UpdateTaskResponse.task:type_name -> mcpcancel.v1.Task
-	19, // 10: mcpcancel.v1.CreateTaskRequest.key:type_name -> mcpcancel.v1.CallKey
-	17, // 11: mcpcancel.v1.CreateTaskRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 12: mcpcancel.v1.CreateTaskResponse.task:type_name -> mcpcancel.v1.Task
-	16, // 13: mcpcancel.v1.CreateTaskResponse.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 14: mcpcancel.v1.GetTaskResponse.task:type_name -> mcpcancel.v1.Task
-	1,  // 15: mcpcancel.v1.WaitTaskResponse.task:type_name -> mcpcancel.v1.Task
-	1,  // 16: mcpcancel.v1.ListTasksResponse.tasks:type_name -> mcpcancel.v1.Task
-	1,  // 17: mcpcancel.v1.CancelTaskResponse.task:type_name -> mcpcancel.v1.Task
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	21, // 10: mcpcancel.v1.CreateTaskRequest.key:type_name -> mcpcancel.v1.CallKey
+	19, // 11: mcpcancel.v1.CreateTaskRequest.ttl:type_name -> google.protobuf.Duration
+	22, // 12: mcpcancel.v1.CreateTaskRequest.run:type_name -> mcpcancel.v1.ExecuteRequest
+	22, // 13: mcpcancel.v1.ListTaskRunsResponse.runs:type_name -> mcpcancel.v1.ExecuteRequest
+	1,  // 14: mcpcancel.v1.CreateTaskResponse.task:type_name -> mcpcancel.v1.Task
+	18, // 15: mcpcancel.v1.CreateTaskResponse.deadline:type_name -> google.protobuf.Timestamp
+	1,  // 16: mcpcancel.v1.GetTaskResponse.task:type_name -> mcpcancel.v1.Task
+	1,  // 17: mcpcancel.v1.WaitTaskResponse.task:type_name -> mcpcancel.v1.Task
+	1,  // 18: mcpcancel.v1.ListTasksResponse.tasks:type_name -> mcpcancel.v1.Task
+	1,  // 19: mcpcancel.v1.CancelTaskResponse.task:type_name -> mcpcancel.v1.Task
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_tasks_proto_init() }
@@ -1183,13 +1300,14 @@ func file_mcpcancel_v1_tasks_proto_init() {
 		return
 	}
 	file_mcpcancel_v1_types_proto_init()
+	file_mcpcancel_v1_worker_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_tasks_proto_rawDesc), len(file_mcpcancel_v1_tasks_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
