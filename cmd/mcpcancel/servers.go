@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -59,13 +60,14 @@ func parseServers(cf *cmdline.ConfigFile, defaults *upstreamFlags) (servers, err
 		return nil, fmt.Errorf("%s: servers: want an object of servers by name, such as {\"files\": {\"stdio\": \"...\"}}", cf.Path)
 	}
 	out := servers{}
-	for name, b := range byName {
-		u, err := parseServer(b, defaults)
+	for _, name := range slices.Sorted(maps.Keys(byName)) { // the same error first on every run
+		err := upstream.CheckServerName(name)
+		var u upstreamFlags
+		if err == nil {
+			u, err = parseServer(byName[name], defaults)
+		}
 		if err == nil {
 			err = u.checkServer()
-		}
-		if e := upstream.CheckServerName(name); e != nil {
-			err = e
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: servers.%s: %w", cf.Path, name, err)
