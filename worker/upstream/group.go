@@ -72,6 +72,9 @@ func CheckServerName(name string) error {
 }
 
 // member is one server of a group and what its adapter last registered.
+// Its calls go to a.handle and a.request, which an adapter always
+// registers: they are fixed when the member is added, and read without
+// the lock.
 type member struct {
 	g    *Group
 	name string
@@ -79,9 +82,7 @@ type member struct {
 
 	// guarded by g.mu
 	tools   []worker.Tool
-	handle  worker.Handler
 	offered worker.Offers
-	request worker.RequestHandler
 }
 
 // toolRoute is the server of a tool or prompt, and its name there.
@@ -198,18 +199,22 @@ func (r workerRegistrar) setOffers(o worker.Offers, h worker.RequestHandler) {
 	r.w.SetOffers(o, h)
 }
 
-func (m *member) setTools(tools []worker.Tool, h worker.Handler) {
+// setTools takes the server's tools; h is m.a.handle, which the group
+// calls itself.
+func (m *member) setTools(tools []worker.Tool, _ worker.Handler) {
 	m.g.mu.Lock()
 	defer m.g.mu.Unlock()
-	m.tools, m.handle = tools, h
+	m.tools = tools
 	m.g.sealed = true
 	m.g.setToolsLocked()
 }
 
-func (m *member) setOffers(o worker.Offers, h worker.RequestHandler) {
+// setOffers takes the server's offers; h is m.a.request, which the group
+// calls itself.
+func (m *member) setOffers(o worker.Offers, _ worker.RequestHandler) {
 	m.g.mu.Lock()
 	defer m.g.mu.Unlock()
-	m.offered, m.request = o, h
+	m.offered = o
 	m.g.sealed = true
 	m.g.setOffersLocked()
 }
@@ -256,7 +261,7 @@ func (g *Group) handleTool(ctx context.Context, c *worker.Call) (*worker.Result,
 	}
 	up := *c
 	up.Tool = r.name
-	return r.m.handle(ctx, &up)
+	return r.m.a.handle(ctx, &up)
 }
 
 // setOffersLocked gives the worker every server's resources, templates
@@ -338,7 +343,7 @@ func (g *Group) request(ctx context.Context, c *worker.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.request(ctx, up)
+	return m.a.request(ctx, up)
 }
 
 // route finds c's server and returns c as that server is to see it.
