@@ -114,8 +114,9 @@ func NewGroup(w *worker.Worker, log *slog.Logger) *Group {
 }
 
 // Add adds the server name, fronted by an adapter with opts, and returns
-// that adapter. Every server is added before Run. It panics unless
-// exactly one of opts.Command and opts.URL is set, as New does.
+// that adapter (for its Ready, PID and WaitReady; the group runs it).
+// Every server is added before Run. It panics unless exactly one of
+// opts.Command and opts.URL is set, as New does.
 func (g *Group) Add(name string, opts Options) (*Adapter, error) {
 	if err := CheckServerName(name); err != nil {
 		return nil, err
