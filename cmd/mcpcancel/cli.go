@@ -84,7 +84,9 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "\nEvery flag may also be set in the environment as MCPCANCEL_<FLAG>,\n"+
-		"e.g. --drain-timeout as MCPCANCEL_DRAIN_TIMEOUT; the command line wins.\n")
+		"e.g. --drain-timeout as MCPCANCEL_DRAIN_TIMEOUT; the command line wins.\n"+
+		"dev, gateway, coordinator and worker also read --config FILE (JSON or\n"+
+		"YAML, keyed by the long flag names), which both of those win over.\n")
 }
 
 func runHelp(ctx context.Context, s cmdline.Streams, args []string) error {

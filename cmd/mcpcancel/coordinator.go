@@ -63,6 +63,7 @@ func parseCoordinatorFlags(s cmdline.Streams, args []string) (*coordinatorFlags,
 	f.TLS(&o.tls)
 	o.etcdSecurity.register(f)
 	o.logLevel = f.LogLevel()
+	f.Config()
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}

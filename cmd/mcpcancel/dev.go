@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,7 +24,6 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/embedetcd"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
-	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
 const aboutDev = `Runs everything in one process for trying mcpcancel: an embedded etcd, a
@@ -31,7 +31,9 @@ coordinator, a worker with the demo tools (sleep, echo, spin) and a gateway
 serving MCP on --http (or on stdio with --stdio; logs then go to stderr only).
 With --upstream-stdio or --upstream-http the worker fronts that MCP server
 instead of serving the demo tools; --upstream-config filters and tunes its
-tools (see the worker command). An upstream server that cannot be started,
+tools (see the worker command). The "servers" of the --config file front
+several servers at once, each by name, their tools and prompts prefixed
+with it (see docs/config.md). An upstream server that cannot be started,
 or does not answer initialize within --upstream-connect-timeout, is an
 error naming it, with the last lines it wrote to stderr.
 Every address is bound before anything starts; all that are in use are
@@ -51,12 +53,14 @@ type devFlags struct {
 	gatewayFlags
 	coordListen string
 	// coordListenSet and consoleSet say the flag came from the command
-	// line or the environment, so dev must not fall back from it.
+	// line, the environment or the --config file, so dev must not fall
+	// back from it.
 	coordListenSet, consoleSet bool
 	dataDir                    string
 	leaseTTL                   time.Duration
 	fixtures                   bool
 	upstream                   upstreamFlags
+	servers                    servers // the --config file's
 	console                    string
 }
 
@@ -101,8 +105,16 @@ func parseDevFlags(s cmdline.Streams, args []string) (*devFlags, error) {
 	f.BoolVar(&o.fixtures, "fixtures", false, "also serve the MCP conformance suite's test_* tools")
 	f.StringVar(&o.console, "console-listen", clientcmd.DefaultConsoleListen, "loopback `HOST:PORT` for the web console; left to the default, a free port is taken when that one is in use; given, it must be free")
 	o.upstream.register(f, false)
+	file := f.Config(serversKey)
 	if err := f.Parse(args); err != nil {
 		return nil, err
+	}
+	var err error
+	if o.servers, err = parseServers(file, &o.upstream); err != nil {
+		return nil, cmdline.Usage(err)
+	}
+	if o.servers.set() && o.upstream.given() {
+		return nil, cmdline.Usage(errServersAndUpstream)
 	}
 	f.Visit(func(fl *flag.Flag) {
 		o.coordListenSet = o.coordListenSet || fl.Name == "coordinator-listen"
@@ -255,6 +267,9 @@ func startDevWorker(ctx context.Context, stderr io.Writer, coord string, o *devF
 // server's. It returns what stops the upstream server, once the worker
 // has drained.
 func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
+	if o.servers.set() {
+		return devServers(ctx, stderr, w, o, log)
+	}
 	if !o.upstream.set() {
 		demo.Register(w)
 		if o.fixtures {
@@ -267,7 +282,11 @@ func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFla
 		return nil, err
 	}
 	stop := startAdapter(ctx, a)
-	if err := o.upstream.waitReady(ctx, stderr, a); err != nil {
+	what := o.upstream.http
+	if o.upstream.stdio != "" {
+		what = o.upstream.stdio
+	}
+	if err := waitReady(ctx, stderr, a.WaitReady, "the upstream MCP server ("+what+")", o.upstream.connectWait); err != nil {
 		stop()
 		if ctx.Err() != nil {
 			return nil, err
@@ -277,24 +296,44 @@ func devTools(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFla
 	return stop, nil
 }
 
+// devServers fronts the config file's servers from the dev worker, and
+// waits until each has started.
+func devServers(ctx context.Context, stderr io.Writer, w *worker.Worker, o *devFlags, log *slog.Logger) (func() error, error) {
+	g, err := o.servers.group(w, log)
+	if err != nil {
+		return nil, err
+	}
+	stop := startGroup(ctx, g)
+	longest := time.Duration(0)
+	for _, u := range o.servers {
+		longest = max(longest, u.connectWait)
+	}
+	what := "the upstream MCP servers (" + strings.Join(o.servers.names(), ", ") + ")"
+	if err := waitReady(ctx, stderr, g.WaitReady, what, longest); err != nil {
+		stop()
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("an upstream MCP server did not start: %w", err)
+	}
+	return stop, nil
+}
+
 // startNoteAfter is how long dev waits for an upstream server in silence
 // before saying what it waits for.
 const startNoteAfter = 2 * time.Second
 
-// waitReady waits for a's server to start (upstream.Adapter.WaitReady),
-// saying on stderr what it waits for once that takes a while (npx may be
-// downloading the server).
-func (u *upstreamFlags) waitReady(ctx context.Context, stderr io.Writer, a *upstream.Adapter) error {
+// waitReady waits for upstream servers to start (wait is
+// upstream.Adapter.WaitReady or upstream.Group.WaitReady), saying on
+// stderr what it waits for once that takes a while (npx may be
+// downloading a server).
+func waitReady(ctx context.Context, stderr io.Writer, wait func(context.Context) error, what string, upTo time.Duration) error {
 	quiet, cancel := context.WithTimeout(ctx, startNoteAfter)
-	err := a.WaitReady(quiet)
+	err := wait(quiet)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 		return err
 	}
-	what := u.http
-	if u.stdio != "" {
-		what = u.stdio
-	}
-	fmt.Fprintf(stderr, "waiting for the upstream MCP server (%s) to answer initialize, up to %v (--upstream-connect-timeout)\n", what, u.connectWait)
-	return a.WaitReady(ctx)
+	fmt.Fprintf(stderr, "waiting for %s to answer initialize, up to %v (--upstream-connect-timeout)\n", what, upTo)
+	return wait(ctx)
 }

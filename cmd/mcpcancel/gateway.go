@@ -124,15 +124,21 @@ func (o *gatewayFlags) options(conn grpc.ClientConnInterface, log *slog.Logger) 
 	}
 }
 
-func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
+func parseGatewayFlags(s cmdline.Streams, args []string) (*gatewayFlags, error) {
 	o := &gatewayFlags{}
 	f := cmdline.NewFlags(s, "gateway", aboutGateway)
 	o.register(f, true)
 	f.TLS(&o.tls)
+	f.Config()
 	if err := f.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
-	if err := o.check(); err != nil {
+	return o, o.check()
+}
+
+func runGateway(ctx context.Context, s cmdline.Streams, args []string) error {
+	o, err := parseGatewayFlags(s, args)
+	if err != nil {
 		return err
 	}
 	lis := o.listeners()

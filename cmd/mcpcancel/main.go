@@ -4,7 +4,8 @@
 // of them (`call`, `calls`, `audit`, `cancel`, `tools`, `console`, from
 // internal/clientcmd). Run `mcpcancel help` for the commands and
 // `mcpcancel help COMMAND` for a command's flags; every flag may also be
-// set as a MCPCANCEL_* environment variable.
+// set as a MCPCANCEL_* environment variable, and those of dev, gateway,
+// coordinator and worker in a --config file (docs/config.md).
 package main
 
 import (

@@ -27,6 +27,9 @@ type upstreamFlags struct {
 	connectWait         time.Duration
 	// The adapter's own credentials for --upstream-http; never a client's.
 	headerFile, tokenURL, clientID, clientSecretFile, scopes string
+	// tools are the per-tool options of a server of the config file's
+	// "servers", which has no --upstream-config file.
+	tools *upstream.Config
 }
 
 // register adds --upstream-stdio, --upstream-http and --upstream-config
@@ -51,6 +54,12 @@ func (u *upstreamFlags) register(f *cmdline.Flags, limits bool) {
 }
 
 func (u *upstreamFlags) set() bool { return u.stdio != "" || u.http != "" }
+
+// given says whether any flag of the one server is given: the server,
+// its --upstream-config, its --max-concurrency or its credentials.
+func (u *upstreamFlags) given() bool {
+	return u.set() || u.config != "" || u.maxConcurrency != 0 || u.headerFile != "" || u.tokenURL != ""
+}
 
 func (u *upstreamFlags) check() error {
 	switch {
@@ -90,25 +99,34 @@ func (u *upstreamFlags) check() error {
 
 // adapter builds the adapter for w.
 func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.Adapter, error) {
-	mode, err := upstream.ParseSessionMode(u.sessions)
+	opts, err := u.options(log.With("part", "upstream"))
 	if err != nil {
 		return nil, err
 	}
+	return upstream.New(w, opts), nil
+}
+
+// options are the adapter's options.
+func (u *upstreamFlags) options(log *slog.Logger) (upstream.Options, error) {
+	mode, err := upstream.ParseSessionMode(u.sessions)
+	if err != nil {
+		return upstream.Options{}, err
+	}
 	opts := upstream.Options{
 		URL: u.http, MaxConcurrency: u.maxConcurrency, Sessions: mode, MaxSessions: u.maxSessions,
-		ConnectWait: u.connectWait, Logger: log.With("part", "upstream"),
+		ConnectWait: u.connectWait, Logger: log, Config: u.tools,
 	}
 	if u.stdio != "" {
 		cmd, err := upstream.SplitCommand(u.stdio)
 		if err != nil {
-			return nil, err
+			return upstream.Options{}, err
 		}
 		opts.Command = cmd
 	}
 	if u.config != "" {
 		cfg, err := upstream.LoadConfig(u.config)
 		if err != nil {
-			return nil, err
+			return upstream.Options{}, err
 		}
 		opts.Config = cfg
 	}
@@ -116,7 +134,7 @@ func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.A
 	if u.tokenURL != "" {
 		secret, err := os.ReadFile(u.clientSecretFile)
 		if err != nil {
-			return nil, fmt.Errorf("--upstream-client-secret-file: %w", err)
+			return upstream.Options{}, fmt.Errorf("--upstream-client-secret-file: %w", err)
 		}
 		creds.ClientCredentials = &clientcredentials.Config{
 			ClientID: u.clientID, ClientSecret: strings.TrimSpace(string(secret)), TokenURL: u.tokenURL,
@@ -126,11 +144,11 @@ func (u *upstreamFlags) adapter(w *worker.Worker, log *slog.Logger) (*upstream.A
 	if u.headerFile != "" || creds.ClientCredentials != nil {
 		hc, err := creds.HTTPClient(nil)
 		if err != nil {
-			return nil, err
+			return upstream.Options{}, err
 		}
 		opts.HTTPClient = hc
 	}
-	return upstream.New(w, opts), nil
+	return opts, nil
 }
 
 // capacity is the worker capacity that also honours --max-concurrency,

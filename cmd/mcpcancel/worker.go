@@ -18,16 +18,18 @@ import (
 )
 
 // ErrNoTools means the worker was given no tools to serve.
-var ErrNoTools = errors.New("no tools: pass --demo, --upstream-stdio or --upstream-http")
+var ErrNoTools = errors.New("no tools: pass --demo, --upstream-stdio or --upstream-http, or name servers in the --config file")
 
 const aboutWorker = `Runs a worker: it attaches to a coordinator, offers its tools there and
 runs the calls gateways send it. --demo serves the demo tools sleep, echo
 and spin; --upstream-stdio or --upstream-http fronts an existing MCP server
-instead, offering its tools (it restarts a --upstream-stdio server that
-dies, and one that fails to start, logging why with the last of its
-stderr; a program not found is refused at once). On SIGINT or SIGTERM it stops taking calls, waits up to
---drain-timeout for running ones (cancelling the rest), detaches, and then
-stops the upstream server.`
+instead, offering its tools; the "servers" of the --config file front
+several at once, each by name, their tools and prompts prefixed with it
+(see docs/config.md). It restarts a stdio server that dies, and one that
+fails to start, logging why with the last of its stderr; a program not
+found is refused at once. On SIGINT or SIGTERM it stops taking calls,
+waits up to --drain-timeout for running ones (cancelling the rest),
+detaches, and then stops the upstream servers.`
 
 type workerFlags struct {
 	coordinator, listen, advertise, name string
@@ -38,6 +40,7 @@ type workerFlags struct {
 	logLevel                             *slog.Level
 	tls                                  tlsconfig.Files
 	upstream                             upstreamFlags
+	servers                              servers // the --config file's
 }
 
 func parseWorkerFlags(s cmdline.Streams, args []string) (*workerFlags, error) {
@@ -56,19 +59,26 @@ func parseWorkerFlags(s cmdline.Streams, args []string) (*workerFlags, error) {
 	f.TLS(&o.tls)
 	o.upstream.register(f, true)
 	o.logLevel = f.LogLevel()
+	file := f.Config(serversKey)
 	if err := f.Parse(args); err != nil {
 		return nil, err
+	}
+	var err error
+	if o.servers, err = parseServers(file, &o.upstream); err != nil {
+		return nil, cmdline.Usage(err)
 	}
 	return o, o.check()
 }
 
 func (o *workerFlags) check() error {
 	switch {
-	case !o.demo && !o.upstream.set():
+	case !o.demo && !o.upstream.set() && !o.servers.set():
 		return cmdline.Usage(ErrNoTools)
 	case o.fixtures && !o.demo:
 		return cmdline.Usage(errors.New("--fixtures needs --demo"))
-	case o.demo && o.upstream.set():
+	case o.servers.set() && o.upstream.given():
+		return cmdline.Usage(errServersAndUpstream)
+	case o.demo && (o.upstream.set() || o.servers.set()):
 		return cmdline.Usage(errors.New("--demo and an upstream server cannot share a worker: run two workers"))
 	case o.advertise == "" && everyInterface(o.listen):
 		return cmdline.Usage(fmt.Errorf("--listen %s takes every interface: pass --advertise HOST:PORT, the address gateways dial", o.listen))
@@ -85,6 +95,14 @@ func (o *workerFlags) check() error {
 		return cmdline.Usage(err)
 	}
 	return nil
+}
+
+// capacityFor is --capacity bounded by what the upstream servers take.
+func (o *workerFlags) capacityFor() int {
+	if o.servers.set() {
+		return o.servers.capacity(o.capacity)
+	}
+	return o.upstream.capacity(o.capacity)
 }
 
 // everyInterface says whether addr listens on the unspecified address,
@@ -112,7 +130,7 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 	}
 	w := worker.New(worker.Options{
 		Coordinator: o.coordinator, Name: o.name, Advertise: o.advertise,
-		Capacity: o.upstream.capacity(o.capacity), DrainTimeout: o.drain, TaskRunScan: o.taskRunScan, Logger: log,
+		Capacity: o.capacityFor(), DrainTimeout: o.drain, TaskRunScan: o.taskRunScan, Logger: log,
 		DialOptions:   sec.DialOptions(tlsconfig.RoleCoordinator),
 		ServerOptions: sec.ServerOptions(authz.Worker()),
 	})
@@ -129,6 +147,14 @@ func runWorker(ctx context.Context, s cmdline.Streams, args []string) error {
 		}
 		stopUpstream := startAdapter(ctx, a)
 		defer stopUpstream() // after the worker drained: running calls still reach the server
+	}
+	if o.servers.set() {
+		g, err := o.servers.group(w, log)
+		if err != nil {
+			return err
+		}
+		stopServers := startGroup(ctx, g)
+		defer stopServers() // after the worker drained, as above
 	}
 	fmt.Fprintf(s.Stderr, "worker: %s\n", lis.Addr())
 	var g errgroup.Group

@@ -1,5 +1,6 @@
 // Package cmdline is the shape every mcpcancel subcommand shares: flags
-// that also read MCPCANCEL_* environment variables, the streams a command
+// that also read MCPCANCEL_* environment variables and, for the commands
+// that run a component, a --config file of settings, the streams a command
 // writes, how its error maps to an exit status, listening on a flag's
 // address, and the --tls-* flags turned into gRPC options. The binary
 // (cmd/mcpcancel) and the client commands (internal/clientcmd) use it; it

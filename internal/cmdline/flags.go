@@ -15,12 +15,14 @@ const envPrefix = "MCPCANCEL_"
 
 // Flags is one subcommand's flag set. A flag not given on the command
 // line is read from its environment variable (see envName), if that is
-// set and not empty. Define flags on the embedded FlagSet; parse with
+// set and not empty, and else from the --config file, for a command that
+// has one (see Config). Define flags on the embedded FlagSet; parse with
 // Parse or ParseInterspersed, not the FlagSet's own Parse.
 type Flags struct {
 	*flag.FlagSet
-	s     Streams
-	about string // what the command does, for --help
+	s      Streams
+	about  string      // what the command does, for --help
+	config *ConfigFile // nil: no --config
 }
 
 // NewFlags returns the flags of the command name, which does what about
@@ -39,7 +41,8 @@ func envName(flagName string) string {
 }
 
 // Parse parses args, then fills the flags they left out from the
-// environment. --help prints the flags and returns flag.ErrHelp.
+// environment, and those still left from the --config file.
+// --help prints the flags and returns flag.ErrHelp.
 func (f *Flags) Parse(args []string) error {
 	err := f.FlagSet.Parse(args)
 	switch {
@@ -51,7 +54,16 @@ func (f *Flags) Parse(args []string) error {
 	case f.FlagSet.NArg() > 0:
 		return usageError{fmt.Errorf("unexpected argument %q", f.FlagSet.Arg(0))}
 	}
-	return f.fromEnv(os.LookupEnv)
+	return f.fill()
+}
+
+// fill sets the flags the command line left out: from the environment
+// first, then from the --config file.
+func (f *Flags) fill() error {
+	if err := f.fromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	return f.fromFile()
 }
 
 // ParseInterspersed is Parse for a command with positional arguments,
@@ -70,10 +82,10 @@ func (f *Flags) ParseInterspersed(args []string) ([]string, error) {
 		}
 		rest := f.FlagSet.Args()
 		if len(rest) == 0 {
-			return pos, f.fromEnv(os.LookupEnv)
+			return pos, f.fill()
 		}
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), f.fromEnv(os.LookupEnv)
+			return append(pos, rest...), f.fill()
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
@@ -104,7 +116,11 @@ func (f *Flags) help(w io.Writer) {
 	if !hasFlags {
 		return
 	}
-	fmt.Fprint(w, "\nFlags (the command line wins over the environment):\n")
+	if f.config != nil {
+		fmt.Fprint(w, "\nFlags (the command line wins over the environment, and both over --config):\n")
+	} else {
+		fmt.Fprint(w, "\nFlags (the command line wins over the environment):\n")
+	}
 	f.FlagSet.VisitAll(func(fl *flag.Flag) {
 		value, usage := flag.UnquoteUsage(fl)
 		fmt.Fprintf(w, "  %s\n      %s\n      default %s; env %s\n",

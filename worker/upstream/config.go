@@ -97,12 +97,22 @@ func ParseConfig(b []byte) (*Config, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("unexpected data after the config object")
 	}
-	for _, p := range append(append([]string{}, c.Allow...), c.Deny...) {
-		if _, err := path.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("bad tool pattern %q: %w", p, err)
-		}
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// Check refuses a config whose allow or deny pattern does not parse; for
+// a Config decoded elsewhere (such as one server of a worker's config
+// file).
+func (c *Config) Check() error {
+	for _, p := range append(append([]string{}, c.Allow...), c.Deny...) {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("bad tool pattern %q: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Exposed says whether the tool is offered.

@@ -57,7 +57,7 @@ func (a *Adapter) registerOffers(ctx context.Context, s *mcp.ClientSession) erro
 	if r := s.InitializeResult(); r != nil {
 		o.ServerInfo, o.Instructions = r.ServerInfo, r.Instructions
 	}
-	a.w.SetOffers(o, a.request)
+	a.reg.setOffers(o, a.request)
 	a.log.Info("registered the upstream's resources and prompts", "resources", len(o.Resources), "templates", len(o.Templates), "prompts", len(o.Prompts))
 	return nil
 }

@@ -42,7 +42,7 @@ func (a *Adapter) registerTools(ctx context.Context, s *mcp.ClientSession) error
 		wt.TaskSupport = a.taskSupport.get(t.Name)
 		tools = append(tools, wt)
 	}
-	a.w.SetTools(tools, a.handle)
+	a.reg.setTools(tools, a.handle)
 	a.log.Info("registered the upstream's tools", "count", len(tools))
 	a.once.Do(func() { close(a.ready) })
 	return nil

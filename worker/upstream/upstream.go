@@ -24,6 +24,10 @@
 // questions of its 2026-07-28 multi round-trips, go to the client of the
 // call they serve; roots/list is its client session's (toward.go).
 //
+// A Group fronts several servers from one worker (group.go): an adapter
+// each, with its own sessions and policy, their names prefixed with the
+// server's.
+//
 // A child process is supervised: if it dies, its in-flight calls fail with
 // a clear error and it is restarted with backoff; its stderr is logged;
 // on shutdown its whole process group is killed.
@@ -95,6 +99,7 @@ type Options struct {
 // Adapter fronts one MCP server as the tools of one worker.
 type Adapter struct {
 	w    *worker.Worker
+	reg  registrar // where the server's offers go: w, or a Group (group.go)
 	opts Options
 	log  *slog.Logger
 	sem  chan struct{} // nil when unbounded
@@ -118,11 +123,15 @@ type Adapter struct {
 // New returns an adapter registering its tools on w. It panics unless
 // exactly one of opts.Command and opts.URL is set.
 func New(w *worker.Worker, opts Options) *Adapter {
+	return newAdapter(w, opts, workerRegistrar{w})
+}
+
+func newAdapter(w *worker.Worker, opts Options, reg registrar) *Adapter {
 	if (len(opts.Command) == 0) == (opts.URL == "") {
 		panic("upstream: set exactly one of Options.Command and Options.URL")
 	}
 	opts.setDefaults()
-	a := &Adapter{w: w, opts: opts, log: opts.Logger.With("upstream", opts.describe()), changed: make(chan struct{}), ready: make(chan struct{})}
+	a := &Adapter{w: w, reg: reg, opts: opts, log: opts.Logger.With("upstream", opts.describe()), changed: make(chan struct{}), ready: make(chan struct{})}
 	if opts.MaxConcurrency > 0 {
 		a.sem = make(chan struct{}, opts.MaxConcurrency)
 	}
