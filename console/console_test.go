@@ -2,12 +2,14 @@ package console_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -223,4 +225,60 @@ func total(xs []int) int {
 		n += x
 	}
 	return n
+}
+
+// TestCallsShowLastProgress: a sleep that reports a step every second
+// shows its last progress on the calls page, on its call page (reached by
+// its short id), and in a call-progress event of the live feed; a sleep
+// whose first step is far off shows none.
+func TestCallsShowLastProgress(t *testing.T) {
+	s := newSystem(t, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := make(chan error, 2)
+	for _, steps := range []int{600, 1} {
+		go func() { // waited for below
+			_, err := s.mcp.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 600, "steps": steps}})
+			calls <- err
+		}()
+	}
+	defer func() { cancel(); <-calls; <-calls }()
+	stepping := regexp.MustCompile(`<tr id="call-([0-9a-f]{32})"[^>]*>(?s:.*?)<td class="progress" data-progress-at="[0-9]+"[^>]*>[0-9]+/600 slept step [0-9]+ of 600 · <span class="ago">`)
+	var page string
+	testcluster.WaitFor(t, "the stepping sleep's progress on the calls page", func() bool {
+		_, page = get(t, s.console+"/")
+		return stepping.MatchString(page)
+	})
+	if n := strings.Count(page, `<td class="progress none"`); n != 1 {
+		t.Errorf("calls page has %d rows without progress, want 1 (the sleep of one step):\n%s", n, page)
+	}
+	id := stepping.FindStringSubmatch(page)[1]
+	if code, body := get(t, s.console+"/calls/"+id[:8]); code != http.StatusOK || !regexp.MustCompile(`last progress</td><td>[^<]+</td><td>[0-9]+/600 slept step [0-9]+ of 600 \(as of`).MatchString(body) {
+		t.Errorf("call page of %s: %d, want its last progress as a timeline step:\n%s", id[:8], code, body)
+	}
+
+	req, err := http.NewRequestWithContext(t.Context(), "GET", s.console+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if sc.Text() != "event: call-progress" || !sc.Scan() {
+			continue
+		}
+		var row struct{ ID, HTML string }
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "data: ")), &row); err != nil {
+			t.Fatalf("call-progress %q: %v", sc.Text(), err)
+		}
+		if row.ID != id || !stepping.MatchString(row.HTML) {
+			t.Errorf("call-progress %s, want the stepping sleep %s's row with its progress", sc.Text(), id)
+		}
+		return
+	}
+	t.Fatalf("the event stream ended without call-progress: %v", sc.Err())
 }

@@ -29,7 +29,8 @@ type rowEvent struct {
 
 // events streams the live updates of the calls page: call-running and
 // call-settled from WatchCalls, calls-synced once every running call was
-// sent, decision for each new audit record (from ?since=, Unix
+// sent, call-progress when a call's last progress changed (every
+// progressEvery), decision for each new audit record (from ?since=, Unix
 // nanoseconds, so that nothing decided after the page was rendered is
 // missed), and stats, the charts' data, at once and every statsEvery. The stream ends when the browser goes away or the coordinator
 // ends a watch; the browser's EventSource then reconnects.
@@ -46,6 +47,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	g.Go(func() error { return c.watchCalls(gctx, canCancel, out) })
 	g.Go(func() error { return c.watchDecisions(gctx, since, out) })
 	g.Go(func() error { return c.watchStats(gctx, out) })
+	g.Go(func() error { return c.watchProgress(gctx, canCancel, out) })
 	done := make(chan error, 1)
 	go func() { done <- g.Wait() }() // owned: waited for below
 	defer func() { cancel(); <-done }()
@@ -117,6 +119,52 @@ func (c *Console) watchCalls(ctx context.Context, canCancel bool, out chan<- eve
 		if err := emit(ctx, out, ev); err != nil {
 			return err
 		}
+	}
+}
+
+// progressEvery is how often a live page lists the calls again for
+// their progress: WatchCalls says when calls start and settle, not when
+// they progress. Workers report progress once a heartbeat, so a faster
+// refresh would show nothing new.
+const progressEvery = 2 * time.Second
+
+// watchProgress sends call-progress, the call's row rendered anew, for
+// each running call whose last progress changed since the last listing.
+// The script only replaces a row it shows, so a listing that crosses a
+// call-settled brings no settled call back.
+func (c *Console) watchProgress(ctx context.Context, canCancel bool, out chan<- event) error {
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	last := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		resp, err := c.opts.Admin.ListCalls(ctx, &pb.ListCallsRequest{})
+		if err != nil {
+			return err
+		}
+		now, seen := c.opts.Now(), map[string]time.Time{}
+		for _, rc := range resp.GetCalls() {
+			id, at := rc.GetCall().GetCallId(), rc.GetLastProgress()
+			if at == nil {
+				continue
+			}
+			seen[id] = at.AsTime()
+			if last[id].Equal(at.AsTime()) {
+				continue
+			}
+			html, err := c.fragment("call-row", newCallRow(rc, canCancel).withProgress(rc, now))
+			if err != nil {
+				return err
+			}
+			if err := emit(ctx, out, event{"call-progress", rowEvent{id, html}}); err != nil {
+				return err
+			}
+		}
+		last = seen
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,11 @@ type callRow struct {
 	Age                                          string
 	Scope, RequestID                             string
 	CanCancel                                    bool
+	// Progress is the last progress reported ("3/10 fetching"), empty if
+	// none; ProgressMs when, for the script that ages it.
+	Progress    string
+	ProgressAgo string
+	ProgressMs  int64
 }
 
 func newCallRow(c *pb.RunningCall, canCancel bool) callRow {
@@ -49,6 +55,28 @@ func newCallRow(c *pb.RunningCall, canCancel bool) callRow {
 		Age: c.GetAge().AsDuration().Round(100 * time.Millisecond).String(), CanCancel: canCancel,
 		Scope: call.GetKey().GetScope(), RequestID: requestID(call.GetKey().GetRequestId()),
 	}
+}
+
+// withProgress sets the row's progress cell from rc, as of now.
+func (r callRow) withProgress(rc *pb.RunningCall, now time.Time) callRow {
+	if at := rc.GetLastProgress(); at != nil {
+		r.Progress = progressText(rc)
+		r.ProgressAgo = max(0, now.Sub(at.AsTime())).Round(100*time.Millisecond).String() + " ago"
+		r.ProgressMs = at.AsTime().UnixMilli()
+	}
+	return r
+}
+
+// progressText is a call's last progress: progress/total and message.
+func progressText(rc *pb.RunningCall) string {
+	t := strconv.FormatFloat(rc.GetProgress(), 'g', -1, 64)
+	if total := rc.GetTotal(); total > 0 {
+		t += "/" + strconv.FormatFloat(total, 'g', -1, 64)
+	}
+	if m := rc.GetProgressMessage(); m != "" {
+		t += " " + m
+	}
+	return t
 }
 
 // decisionRow is an audit record as the pages show it.
@@ -114,7 +142,7 @@ func (c *Console) callsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d := callsData{Since: now.UnixNano()}
 	for _, rc := range calls.GetCalls() {
-		d.Calls = append(d.Calls, newCallRow(rc, viewerOf(r).CanCancel))
+		d.Calls = append(d.Calls, newCallRow(rc, viewerOf(r).CanCancel).withProgress(rc, now))
 	}
 	recent, _, err := c.search(r, &pb.ListAuditRequest{Since: timestamppb.New(now.Add(-time.Hour))}, nil, feedSize)
 	if err != nil {

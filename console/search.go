@@ -137,11 +137,30 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 	call := resp.GetCall()
 	d := callData{Call: call, Running: call.GetState() == pb.CallState_CALL_STATE_RUNNING, CanCancel: viewerOf(r).CanCancel}
 	d.Steps = timeline(call, recs)
+	if d.Running {
+		d.Steps = append(d.Steps, c.lastProgress(r, call.GetCallId()))
+	}
 	d.Picture = newPicture(d.Steps, d.Running, c.opts.Now())
 	for _, rec := range recs {
 		d.Records = append(d.Records, newDecisionRow(rec))
 	}
 	c.render(w, r, "call", "Call "+call.GetCallId()[:shortID], d)
+}
+
+// lastProgress is a running call's last progress as a step: as of its
+// worker's last heartbeat, or none reported.
+func (c *Console) lastProgress(r *http.Request, id string) step {
+	resp, err := c.opts.Admin.ListCalls(r.Context(), &pb.ListCallsRequest{CallIdPrefix: id})
+	if err != nil {
+		c.opts.Logger.Warn("console: reading a call's progress", "call", id, "err", err)
+		return step{"last progress", nil, "could not be read: " + status.Convert(err).Message()}
+	}
+	for _, rc := range resp.GetCalls() {
+		if rc.GetCall().GetCallId() == id && rc.GetLastProgress() != nil {
+			return step{"last progress", tsPtr(rc.GetLastProgress()), progressText(rc) + " (as of the worker's last heartbeat)"}
+		}
+	}
+	return step{"last progress", nil, "none reported (as of the worker's last heartbeat)"}
 }
 
 func tsPtr(t *timestamppb.Timestamp) *time.Time {

@@ -56,18 +56,24 @@ func validIDPrefix(p string) bool {
 	return len(p) <= 32 && strings.Trim(p, "0123456789abcdef") == ""
 }
 
-// running reads the running calls, oldest first, and the revision of the
-// owners/ listing they were found by.
+// running reads the running calls, oldest first, with their last
+// progress, and the revision of the owners/ listing they were found by.
+// The owners/ keys and the workers' progress digests are read at one
+// revision.
 func (a *Admin) running(ctx context.Context) ([]*pb.RunningCall, int64, error) {
 	s := a.s
 	octx, cancel := s.opCtx(ctx)
-	resp, err := s.cli.Get(octx, s.keys.owners(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.keys.owners(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.progress(), clientv3.WithPrefix()),
+	).Commit()
 	cancel()
 	if err != nil {
 		return nil, 0, etcdErr(octx, "list running calls", err)
 	}
+	owners, progress := resp.Responses[0].GetResponseRange(), s.progressByCall(resp.Responses[1].GetResponseRange().Kvs)
 	var ids []string
-	for _, kv := range resp.Kvs {
+	for _, kv := range owners.Kvs {
 		if _, id, ok := s.keys.parseOwner(string(kv.Key)); ok {
 			ids = append(ids, id)
 		}
@@ -79,6 +85,7 @@ func (a *Admin) running(ctx context.Context) ([]*pb.RunningCall, int64, error) {
 	var out []*pb.RunningCall
 	for _, kv := range kvs {
 		if c := a.runningCall(kv); c != nil && c.GetCall().GetState() == pb.CallState_CALL_STATE_RUNNING {
+			progress.fill(c)
 			out = append(out, c)
 		}
 	}

@@ -35,9 +35,10 @@ func adminClient(t *testing.T, e *env) pb.AdminServiceClient {
 	return pb.NewAdminServiceClient(testcluster.Conn(t, lis.Addr().String()))
 }
 
-// TestListCallsShowsWhatRuns lists a running call with who runs it where,
-// says its progress is unknown, finds it by id prefix, and forgets it once
-// it completed.
+// TestListCallsShowsWhatRuns lists a running call with who runs it where
+// and, once its worker's next heartbeat carried it, the progress its
+// handler reported; finds it by id prefix, and forgets it once it
+// completed.
 func TestListCallsShowsWhatRuns(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	admin := adminClient(t, e)
@@ -57,8 +58,23 @@ func TestListCallsShowsWhatRuns(t *testing.T) {
 	if c.GetCallId() != b.CallId || c.GetPrincipal() != "alice" || c.GetTool() != "hold" || c.GetWorker() != "w1" || c.GetGateway() != "g1" || rc.GetMethod() != "tools/call" {
 		t.Errorf("ListCalls: %v, want call %s by alice of hold on w1 via g1", rc, b.CallId)
 	}
-	if rc.GetAge().AsDuration() <= 0 || rc.GetLastProgress() != nil {
-		t.Errorf("age %v, last progress %v: want a positive age and progress unknown (unset)", rc.GetAge().AsDuration(), rc.GetLastProgress())
+	if rc.GetAge().AsDuration() <= 0 {
+		t.Errorf("age %v, want a positive age", rc.GetAge().AsDuration())
+	}
+	// The hold tool reports 1/2 "holding" as it starts.
+	var withProgress *pb.RunningCall
+	testcluster.WaitFor(t, "the call's progress to be listed", func() bool {
+		resp, err := admin.ListCalls(t.Context(), &pb.ListCallsRequest{})
+		if err != nil || len(resp.Calls) != 1 || resp.Calls[0].GetLastProgress() == nil {
+			return false
+		}
+		withProgress = resp.Calls[0]
+		return true
+	})
+	if p := withProgress; p.GetProgress() != 1 || p.GetTotal() != 2 || p.GetProgressMessage() != "holding" ||
+		p.GetLastProgress().AsTime().Before(c.GetRequestedAt().AsTime().Add(-time.Second)) || p.GetLastProgress().AsTime().After(time.Now()) {
+		t.Errorf("progress %v/%v %q at %v, want 1/2 \"holding\" after the call was requested at %v",
+			p.GetProgress(), p.GetTotal(), p.GetProgressMessage(), p.GetLastProgress().AsTime(), c.GetRequestedAt().AsTime())
 	}
 	for _, tc := range []struct {
 		prefix string

@@ -33,6 +33,8 @@ type attachment struct {
 
 	mu   sync.Mutex
 	info *workerInfo
+
+	progress progressWriter // progress.go
 }
 
 // send queues a message for the worker; a worker too slow to keep up is
@@ -257,6 +259,8 @@ func (s *Server) handleWorkerMsg(ctx context.Context, a *attachment, m *pb.Attac
 		})
 	case *pb.AttachRequest_Complete:
 		s.completeOnStream(ctx, a, msg.Complete)
+	case *pb.AttachRequest_Progress:
+		s.workerProgress(ctx, a, msg.Progress)
 	case *pb.AttachRequest_Notification:
 		s.workerNotification(ctx, a, msg.Notification)
 	case *pb.AttachRequest_Heartbeat:

@@ -38,6 +38,10 @@ const (
 //	                            worker to start if no gateway did (tasks_runs.go)
 //	abandoned/<begin id>        a Begin its caller gave up on, which may no
 //	                            longer commit; on Begin's lease
+//	progress/<worker>           the last progress of the worker's running
+//	                            calls, as its last digest said; one Put per
+//	                            heartbeat at most, on the worker's lease
+//	                            (progress.go)
 //	schema                      the keyspace's schema version (schema.go)
 type keys struct{ prefix string }
 
@@ -51,6 +55,8 @@ func (k keys) audits() string                  { return k.prefix + "audit/" }
 func (k keys) election() string                { return k.prefix + "janitor/" }
 func (k keys) abandoned(beginID string) string { return k.prefix + "abandoned/" + beginID }
 func (k keys) schema() string                  { return k.prefix + "schema" }
+func (k keys) progress() string                { return k.prefix + "progress/" }
+func (k keys) progressOf(worker string) string { return k.prefix + "progress/" + worker }
 
 func (k keys) index(key *pb.CallKey) string {
 	return k.prefix + "index/" + key.GetScope() + "/" + requestKey(key.GetRequestId())

@@ -54,8 +54,14 @@ type control struct {
 	detaching         bool
 	helloWait         time.Duration // for a re-attach's hello; 0 before the first attach
 	wake              chan struct{} // something to send
-	attached          chan struct{} // closed on the first successful attach
-	once              sync.Once
+	// progressDirty: some call's progress changed since the last digest
+	// went out; the sender sends one with its next heartbeat.
+	progressDirty atomic.Bool
+	// sentEmpty: the stream's last digest listed no call (or none was
+	// sent), so another empty one would say nothing new. Sender's own.
+	sentEmpty bool
+	attached  chan struct{} // closed on the first successful attach
+	once      sync.Once
 }
 
 func newControl(w *Worker) *control {
@@ -123,6 +129,8 @@ func (c *control) session(ctx context.Context) error {
 		c.unansweredLocked()
 		c.mu.Unlock()
 	}()
+	c.progressDirty.Store(true) // the new stream's replica may know none of it
+	c.sentEmpty = true
 	c.signal()
 	silentAfter := silentBeats * every
 	heard := &lastHeard{}
@@ -288,12 +296,40 @@ func (c *control) sender(ctx context.Context, stream pb.CoordinatorService_Attac
 		// Every interval, even when other messages went out: the echo of
 		// each is how the worker knows its link carries replies.
 		if beat {
+			if err := c.sendProgress(stream, every); err != nil {
+				return err
+			}
 			if err := stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
 				return err
 			}
 		}
 	}
 }
+
+// sendProgress sends a digest of the running calls' progress if any of it
+// changed since the last: at most one per heartbeat interval, however
+// often handlers report, so the coordinator writes at most that often.
+// Only calls that have run a heartbeat interval are listed, and an empty
+// digest is not repeated. A digest lost with its stream is sent again on
+// the next one.
+func (c *control) sendProgress(stream pb.CoordinatorService_AttachClient, every time.Duration) error {
+	if !c.progressDirty.Swap(false) {
+		return nil
+	}
+	d, younger := c.w.progressDigest(every)
+	if younger {
+		c.progressDirty.Store(true) // list them once they are old enough
+	}
+	if len(d.GetCalls()) == 0 && c.sentEmpty {
+		return nil
+	}
+	c.sentEmpty = len(d.GetCalls()) == 0
+	return stream.Send(&pb.AttachRequest{Msg: &pb.AttachRequest_Progress{Progress: d}})
+}
+
+// progressChanged notes that a call's progress changed, for the next
+// heartbeat's digest.
+func (c *control) progressChanged() { c.progressDirty.Store(true) }
 
 // takeOutgoing takes what is queued for the stream and says whether the
 // worker is detaching.

@@ -39,6 +39,7 @@ type execution struct {
 	stream        pb.WorkerService_ExecuteServer
 	cancel        context.CancelCauseFunc
 	wantsProgress bool
+	began         time.Time   // when the worker took the call
 	toward        towardState // requests toward the client (toward.go)
 	task          bool        // runs an MCP task: outlives its stream (tasks.go)
 
@@ -51,6 +52,7 @@ type execution struct {
 	ordered    chan struct{} // closed once a coordinator's order is set
 	last       float64       // last progress sent
 	anySent    bool
+	reported   reported  // last progress the handler reported (progress.go)
 	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
 	cancelTime time.Time // when the context was first cancelled
 	stoppedAt  time.Time // when the handler returned; zero while it runs
@@ -79,6 +81,7 @@ func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		wantsProgress: req.GetProgress(),
 		task:          req.GetTask(),
 		ordered:       make(chan struct{}),
+		began:         time.Now(),
 	}
 	e.toward.init(ctx, req)
 	if err := w.track(e, req.GetDeadline()); err != nil {
@@ -271,11 +274,15 @@ func (e *execution) progress(p, total float64, msg string) {
 	e.sendMu.Lock()
 	defer e.sendMu.Unlock()
 	e.mu.Lock()
+	noted := e.noteLocked(p, total, msg)
 	ok := e.state == running && e.wantsProgress && (!e.anySent || p > e.last)
 	if ok {
 		e.last, e.anySent = p, true
 	}
 	e.mu.Unlock()
+	if noted {
+		e.w.ctrl.progressChanged()
+	}
 	if ok {
 		e.stream.Send(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_Progress{Progress: &pb.Progress{Progress: p, Total: total, Message: msg}}})
 	}

@@ -13,9 +13,15 @@ function rowFrom(html) {
 function ageCells() {
   const now = Date.now();
   for (const tr of document.querySelectorAll("#calls tr[data-started]")) {
-    const s = Math.max(0, (now - Number(tr.dataset.started)) / 1000);
-    tr.querySelector(".age").textContent = s < 60 ? s.toFixed(1) + "s" : Math.floor(s / 60) + "m" + Math.floor(s % 60) + "s";
+    tr.querySelector(".age").textContent = since(tr.dataset.started, now);
+    const p = tr.querySelector("[data-progress-at] .ago");
+    if (p) p.textContent = since(p.parentElement.dataset.progressAt, now) + " ago";
   }
+}
+
+function since(ms, now) {
+  const s = Math.max(0, (now - Number(ms)) / 1000);
+  return s < 60 ? s.toFixed(1) + "s" : Math.floor(s / 60) + "m" + Math.floor(s % 60) + "s";
 }
 
 function showEmpty() {
@@ -40,6 +46,11 @@ function live() {
       const row = rowFrom(m.html), old = document.getElementById("call-" + m.id);
       if (old) old.replaceWith(row); else calls.appendChild(row);
       showEmpty();
+    });
+    es.addEventListener("call-progress", (e) => {
+      // Only a row still shown: a settled call stays gone.
+      const m = JSON.parse(e.data), old = document.getElementById("call-" + m.id);
+      if (old) old.replaceWith(rowFrom(m.html));
     });
     es.addEventListener("calls-synced", () => {
       for (const tr of calls.querySelectorAll("tr[data-call]")) {

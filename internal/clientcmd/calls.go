@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
@@ -17,17 +20,21 @@ import (
 
 const aboutCalls = `Lists the calls in flight, oldest first: the short CALL id ('mcpcancel
 cancel' and 'audit list --call' take it), who called (PRINCIPAL), what
-(TOOL: the tool, or the method and its target), on which WORKER, and how
-long it has run (AGE). Settled calls are in 'mcpcancel audit list'.
+(TOOL: the tool, or the method and its target), on which WORKER, how long
+it has run (AGE), and the last progress its handler reported (LAST
+PROGRESS: progress/total, its message, and how long ago; '-' if none).
+Settled calls are in 'mcpcancel audit list'.
+
+Progress is as of each worker's last heartbeat, so it may be a few seconds
+stale; a call shows its progress once it has run for a heartbeat interval.
+Workers of a release without progress digests show none.
 
 With --watch it prints the calls in flight, then a line for every call that
 starts or settles (EVENT: started, or how it settled), until interrupted
-(SIGINT or SIGTERM ends it with status 0). With --json, one JSON object per
-call (and per event) per line.
-
-The time of a call's last progress is not shown: progress goes from the
-worker to the gateway and never through the coordinator, so it does not
-know it.`
+(SIGINT or SIGTERM ends it with status 0). It also lists the calls again
+every 2 seconds and prints a 'progress' line for each call whose last
+progress changed. With --json, one JSON object per call (and per event)
+per line.`
 
 type callsFlags struct {
 	coordinator string
@@ -73,9 +80,15 @@ func RunCalls(ctx context.Context, s cmdline.Streams, args []string) error {
 	return nil
 }
 
+// progressRefresh is how often --watch lists the calls again to show
+// their progress: WatchCalls reports calls starting and settling only.
+const progressRefresh = 2 * time.Second
+
 // watchCalls prints the running calls, then each call that starts or
-// settles, until ctx is done.
+// settles, and each change of a call's last progress, until ctx is done.
 func watchCalls(ctx context.Context, admin pb.AdminServiceClient, addr string, p *callsPrinter) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := admin.WatchCalls(ctx, &pb.WatchCallsRequest{})
 	if err != nil {
 		return tailErr(ctx, addr, err)
@@ -83,31 +96,100 @@ func watchCalls(ctx context.Context, admin pb.AdminServiceClient, addr string, p
 	if err := p.flush(); err != nil { // the table's header
 		return err
 	}
-	synced := false
+	events := make(chan watchEvent)
+	done := make(chan struct{})
+	go receiveCalls(ctx, stream, events, done) // ends with ctx; waited for below
+	defer func() { cancel(); <-done }()
+	tick := time.NewTicker(progressRefresh)
+	defer tick.Stop()
+	w := &callsWatch{p: p, shown: map[string]*timestamppb.Timestamp{}}
 	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return watchErr(ctx, addr, err)
-		}
-		switch resp.GetEvent() {
-		case pb.CallEvent_CALL_EVENT_SYNCED:
-			synced = true
-			continue
-		case pb.CallEvent_CALL_EVENT_RUNNING:
-			event := "running"
-			if synced {
-				event = "started"
+		select {
+		case ev := <-events:
+			if ev.err != nil {
+				return watchErr(ctx, addr, ev.err)
 			}
-			err = p.print(event, resp.GetCall(), time.Now())
-		case pb.CallEvent_CALL_EVENT_SETTLED:
-			err = p.print(settledAs(resp.GetCall().GetCall()), resp.GetCall(), time.Now())
-		default:
-			continue
+			err = w.event(ev.resp)
+		case <-tick.C:
+			var resp *pb.ListCallsResponse
+			if resp, err = admin.ListCalls(ctx, &pb.ListCallsRequest{}); err != nil {
+				return watchErr(ctx, addr, err)
+			}
+			err = w.progress(resp.GetCalls())
 		}
 		if err := errors.Join(err, p.flush()); err != nil {
 			return err
 		}
 	}
+}
+
+// watchEvent is what one Recv of a WatchCalls stream returned.
+type watchEvent struct {
+	resp *pb.WatchCallsResponse
+	err  error
+}
+
+// receiveCalls passes on what stream carries until it ends or ctx is
+// done, then closes done.
+func receiveCalls(ctx context.Context, stream pb.AdminService_WatchCallsClient, out chan<- watchEvent, done chan<- struct{}) {
+	defer close(done)
+	for {
+		resp, err := stream.Recv()
+		select {
+		case out <- watchEvent{resp, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// callsWatch is what --watch has printed: each running call shown, with
+// the time of the last progress printed for it (nil: none).
+type callsWatch struct {
+	p      *callsPrinter
+	synced bool
+	shown  map[string]*timestamppb.Timestamp
+}
+
+func (w *callsWatch) event(resp *pb.WatchCallsResponse) error {
+	rc := resp.GetCall()
+	id := rc.GetCall().GetCallId()
+	switch resp.GetEvent() {
+	case pb.CallEvent_CALL_EVENT_SYNCED:
+		w.synced = true
+	case pb.CallEvent_CALL_EVENT_RUNNING:
+		event := "running"
+		if w.synced {
+			event = "started"
+		}
+		w.shown[id] = rc.GetLastProgress()
+		return w.p.print(event, rc, time.Now())
+	case pb.CallEvent_CALL_EVENT_SETTLED:
+		delete(w.shown, id)
+		return w.p.print(settledAs(rc.GetCall()), rc, time.Now())
+	}
+	return nil
+}
+
+// progress prints a progress line for each shown call whose last
+// progress is newer than the one printed.
+func (w *callsWatch) progress(calls []*pb.RunningCall) error {
+	for _, rc := range calls {
+		id := rc.GetCall().GetCallId()
+		last, ok := w.shown[id]
+		at := rc.GetLastProgress()
+		if !ok || at == nil || last != nil && !at.AsTime().After(last.AsTime()) {
+			continue
+		}
+		w.shown[id] = at
+		if err := w.p.print("progress", rc, time.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watchErr is how a watch ends: interrupted, it ends well.
@@ -147,7 +229,7 @@ var callsColumns = []struct {
 	name  string
 	width int
 }{
-	{"EVENT", len("cancelled")}, {"CALL", shortCallID}, {"PRINCIPAL", 16}, {"TOOL", 16}, {"WORKER", 16}, {"AGE", 0},
+	{"EVENT", len("cancelled")}, {"CALL", shortCallID}, {"PRINCIPAL", 16}, {"TOOL", 16}, {"WORKER", 16}, {"AGE", 8}, {"LAST PROGRESS", 0},
 }
 
 func newCallsPrinter(out io.Writer, asJSON, events bool) *callsPrinter {
@@ -175,6 +257,11 @@ type runningJSON struct {
 	Gateway   string    `json:"gateway"`
 	Requested time.Time `json:"requested_at"`
 	AgeMillis int64     `json:"age_ms"`
+	// The last progress reported, when there is one.
+	LastProgress    *time.Time `json:"last_progress_at,omitempty"`
+	Progress        *float64   `json:"progress,omitempty"`
+	Total           float64    `json:"total,omitempty"`
+	ProgressMessage string     `json:"progress_message,omitempty"`
 }
 
 func (p *callsPrinter) print(event string, rc *pb.RunningCall, now time.Time) error {
@@ -182,13 +269,18 @@ func (p *callsPrinter) print(event string, rc *pb.RunningCall, now time.Time) er
 	age := callAge(rc, now)
 	if !p.json {
 		id := c.GetCallId()
-		p.row([]string{event, id[:min(len(id), shortCallID)], c.GetPrincipal(), target(rc), c.GetWorker(), roundAge(age)})
+		p.row([]string{event, id[:min(len(id), shortCallID)], c.GetPrincipal(), target(rc), c.GetWorker(), roundAge(age), lastProgress(rc, now)})
 		return nil
 	}
-	b, err := json.Marshal(runningJSON{
+	j := runningJSON{
 		Event: event, CallID: c.GetCallId(), Principal: c.GetPrincipal(), Method: callMethod(rc), Tool: c.GetTool(),
 		Worker: c.GetWorker(), Gateway: c.GetGateway(), Requested: c.GetRequestedAt().AsTime(), AgeMillis: age.Milliseconds(),
-	})
+	}
+	if at := rc.GetLastProgress(); at != nil {
+		t, p := at.AsTime(), rc.GetProgress()
+		j.LastProgress, j.Progress, j.Total, j.ProgressMessage = &t, &p, rc.GetTotal(), rc.GetProgressMessage()
+	}
+	b, err := json.Marshal(j)
 	if err != nil {
 		return err
 	}
@@ -227,6 +319,23 @@ func target(rc *pb.RunningCall) string {
 		return strings.TrimSpace(m + " " + rc.GetCall().GetTool())
 	}
 	return rc.GetCall().GetTool()
+}
+
+// lastProgress is the LAST PROGRESS cell: progress/total, the message
+// quoted, and how long ago, as in 3/10 "fetching" 4s ago; empty if none.
+func lastProgress(rc *pb.RunningCall, now time.Time) string {
+	at := rc.GetLastProgress()
+	if at == nil {
+		return ""
+	}
+	amount := strconv.FormatFloat(rc.GetProgress(), 'g', -1, 64)
+	if t := rc.GetTotal(); t > 0 {
+		amount += "/" + strconv.FormatFloat(t, 'g', -1, 64)
+	}
+	if m := rc.GetProgressMessage(); m != "" {
+		amount += " " + strconv.Quote(m)
+	}
+	return amount + " " + roundAge(max(0, now.Sub(at.AsTime()))) + " ago"
 }
 
 // roundAge shows an age to the second, or to the millisecond below one.

@@ -88,12 +88,19 @@ type RunningCall struct {
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
 	// How long the call has run, at the time of the reply.
 	Age *durationpb.Duration `protobuf:"bytes,3,opt,name=age,proto3" json:"age,omitempty"`
-	// When the call last reported progress, if the coordinator knows.
-	// Progress flows from worker to gateway and never through the
-	// coordinator, so this is unset today: unknown, not "never".
-	LastProgress  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_progress,json=lastProgress,proto3" json:"last_progress,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// When the call's handler last reported progress, as of its worker's
+	// last heartbeat: at most one heartbeat interval (a few seconds) stale.
+	// Workers send a digest of their calls' progress beside a heartbeat,
+	// never a write per notification. Unset when the call has reported none
+	// (or its worker is of a release that sends no digest).
+	LastProgress *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_progress,json=lastProgress,proto3" json:"last_progress,omitempty"`
+	// The last progress reported, its total (0 when unknown) and its
+	// message (at most 128 bytes); meaningful only with last_progress.
+	Progress        float64 `protobuf:"fixed64,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	Total           float64 `protobuf:"fixed64,6,opt,name=total,proto3" json:"total,omitempty"`
+	ProgressMessage string  `protobuf:"bytes,7,opt,name=progress_message,json=progressMessage,proto3" json:"progress_message,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RunningCall) Reset() {
@@ -152,6 +159,27 @@ func (x *RunningCall) GetLastProgress() *timestamppb.Timestamp {
 		return x.LastProgress
 	}
 	return nil
+}
+
+func (x *RunningCall) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *RunningCall) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *RunningCall) GetProgressMessage() string {
+	if x != nil {
+		return x.ProgressMessage
+	}
+	return ""
 }
 
 type ListCallsRequest struct {
@@ -469,12 +497,15 @@ var File_mcpcancel_v1_admin_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x18mcpcancel/v1/admin.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1emcpcancel/v1/coordinator.proto\x1a\x18mcpcancel/v1/types.proto\"\xbb\x01\n" +
+	"\x18mcpcancel/v1/admin.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1emcpcancel/v1/coordinator.proto\x1a\x18mcpcancel/v1/types.proto\"\x98\x02\n" +
 	"\vRunningCall\x12&\n" +
 	"\x04call\x18\x01 \x01(\v2\x12.mcpcancel.v1.CallR\x04call\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12+\n" +
 	"\x03age\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12?\n" +
-	"\rlast_progress\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastProgress\"8\n" +
+	"\rlast_progress\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastProgress\x12\x1a\n" +
+	"\bprogress\x18\x05 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x06 \x01(\x01R\x05total\x12)\n" +
+	"\x10progress_message\x18\a \x01(\tR\x0fprogressMessage\"8\n" +
 	"\x10ListCallsRequest\x12$\n" +
 	"\x0ecall_id_prefix\x18\x01 \x01(\tR\fcallIdPrefix\"D\n" +
 	"\x11ListCallsResponse\x12/\n" +

@@ -37,7 +37,8 @@ type AdminServiceClient interface {
 	// grows with what is running, not with history.
 	ListCalls(ctx context.Context, in *ListCallsRequest, opts ...grpc.CallOption) (*ListCallsResponse, error)
 	// WatchCalls sends the running calls, then every call that starts or
-	// ends, as it happens.
+	// ends, as it happens. It does not follow progress: a call's
+	// last_progress is as of the listing; ListCalls again for newer.
 	WatchCalls(ctx context.Context, in *WatchCallsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCallsResponse], error)
 	// OperatorCancel cancels a running call on an operator's word. It is
 	// audited with initiator OPERATOR and the operator's identity in the
@@ -105,7 +106,8 @@ type AdminServiceServer interface {
 	// grows with what is running, not with history.
 	ListCalls(context.Context, *ListCallsRequest) (*ListCallsResponse, error)
 	// WatchCalls sends the running calls, then every call that starts or
-	// ends, as it happens.
+	// ends, as it happens. It does not follow progress: a call's
+	// last_progress is as of the listing; ListCalls again for newer.
 	WatchCalls(*WatchCallsRequest, grpc.ServerStreamingServer[WatchCallsResponse]) error
 	// OperatorCancel cancels a running call on an operator's word. It is
 	// audited with initiator OPERATOR and the operator's identity in the

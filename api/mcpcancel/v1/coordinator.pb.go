@@ -1292,6 +1292,7 @@ type AttachRequest struct {
 	//	*AttachRequest_ToolsChanged
 	//	*AttachRequest_Heartbeat
 	//	*AttachRequest_Complete
+	//	*AttachRequest_Progress
 	//	*AttachRequest_Notification
 	Msg           isAttachRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
@@ -1398,6 +1399,15 @@ func (x *AttachRequest) GetComplete() *CompleteCall {
 	return nil
 }
 
+func (x *AttachRequest) GetProgress() *ProgressDigest {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachRequest_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 func (x *AttachRequest) GetNotification() *SessionNotification {
 	if x != nil {
 		if x, ok := x.Msg.(*AttachRequest_Notification); ok {
@@ -1449,6 +1459,13 @@ type AttachRequest_Complete struct {
 	Complete *CompleteCall `protobuf:"bytes,7,opt,name=complete,proto3,oneof"`
 }
 
+type AttachRequest_Progress struct {
+	// The last progress of the worker's running calls, sent beside a
+	// heartbeat when any of it changed since the last digest. An older
+	// coordinator ignores it.
+	Progress *ProgressDigest `protobuf:"bytes,8,opt,name=progress,proto3,oneof"`
+}
+
 type AttachRequest_Notification struct {
 	// A notification for client sessions, unrelated to any call.
 	Notification *SessionNotification `protobuf:"bytes,50,opt,name=notification,proto3,oneof"`
@@ -1467,6 +1484,8 @@ func (*AttachRequest_ToolsChanged) isAttachRequest_Msg() {}
 func (*AttachRequest_Heartbeat) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Complete) isAttachRequest_Msg() {}
+
+func (*AttachRequest_Progress) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Notification) isAttachRequest_Msg() {}
 
@@ -1866,6 +1885,133 @@ func (*Heartbeat) Descriptor() ([]byte, []int) {
 	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
+// ProgressDigest is the last progress of each running call on the worker
+// that has reported any: the whole set each time, replacing the last
+// digest. At most 1000 calls.
+type ProgressDigest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*CallProgress        `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressDigest) Reset() {
+	*x = ProgressDigest{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressDigest) ProtoMessage() {}
+
+func (x *ProgressDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressDigest.ProtoReflect.Descriptor instead.
+func (*ProgressDigest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ProgressDigest) GetCalls() []*CallProgress {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// CallProgress is the last progress a call's handler reported.
+type CallProgress struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// When the handler reported it.
+	At       *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	Progress float64                `protobuf:"fixed64,3,opt,name=progress,proto3" json:"progress,omitempty"`
+	// 0 when unknown.
+	Total float64 `protobuf:"fixed64,4,opt,name=total,proto3" json:"total,omitempty"`
+	// At most 128 bytes of UTF-8.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallProgress) Reset() {
+	*x = CallProgress{}
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallProgress) ProtoMessage() {}
+
+func (x *CallProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallProgress.ProtoReflect.Descriptor instead.
+func (*CallProgress) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CallProgress) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *CallProgress) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *CallProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *CallProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *CallProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ToolsChanged is the worker's whole offer, after any of it changed.
 type ToolsChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1878,7 +2024,7 @@ type ToolsChanged struct {
 
 func (x *ToolsChanged) Reset() {
 	*x = ToolsChanged{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2036,7 @@ func (x *ToolsChanged) String() string {
 func (*ToolsChanged) ProtoMessage() {}
 
 func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[22]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2049,7 @@ func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsChanged.ProtoReflect.Descriptor instead.
 func (*ToolsChanged) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolsChanged) GetTools() []*Tool {
@@ -1943,7 +2089,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2101,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[23]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2114,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AttachResponse) GetMsg() isAttachResponse_Msg {
@@ -2086,7 +2232,7 @@ type SessionNotification struct {
 
 func (x *SessionNotification) Reset() {
 	*x = SessionNotification{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2244,7 @@ func (x *SessionNotification) String() string {
 func (*SessionNotification) ProtoMessage() {}
 
 func (x *SessionNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[24]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2257,7 @@ func (x *SessionNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionNotification.ProtoReflect.Descriptor instead.
 func (*SessionNotification) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionNotification) GetSession() string {
@@ -2153,7 +2299,7 @@ type SessionEnded struct {
 
 func (x *SessionEnded) Reset() {
 	*x = SessionEnded{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2311,7 @@ func (x *SessionEnded) String() string {
 func (*SessionEnded) ProtoMessage() {}
 
 func (x *SessionEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[25]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2324,7 @@ func (x *SessionEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
 func (*SessionEnded) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionEnded) GetSession() string {
@@ -2208,7 +2354,7 @@ type Attached struct {
 
 func (x *Attached) Reset() {
 	*x = Attached{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2366,7 @@ func (x *Attached) String() string {
 func (*Attached) ProtoMessage() {}
 
 func (x *Attached) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[26]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2379,7 @@ func (x *Attached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attached.ProtoReflect.Descriptor instead.
 func (*Attached) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Attached) GetLeaseId() int64 {
@@ -2291,7 +2437,7 @@ type StopCall struct {
 
 func (x *StopCall) Reset() {
 	*x = StopCall{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2449,7 @@ func (x *StopCall) String() string {
 func (*StopCall) ProtoMessage() {}
 
 func (x *StopCall) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[27]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2462,7 @@ func (x *StopCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopCall.ProtoReflect.Descriptor instead.
 func (*StopCall) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StopCall) GetCallId() string {
@@ -2355,7 +2501,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2513,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[28]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2526,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 type ListWorkersResponse struct {
@@ -2392,7 +2538,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2550,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[29]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2563,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -2444,7 +2590,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2602,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[30]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2615,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerInfo) GetName() string {
@@ -2536,7 +2682,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2694,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[31]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2707,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 type ListToolsResponse struct {
@@ -2577,7 +2723,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2735,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[32]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2748,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -2639,7 +2785,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2797,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[33]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2810,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetCallRequest) GetTarget() isGetCallRequest_Target {
@@ -2717,7 +2863,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2875,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[34]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2888,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -2762,7 +2908,7 @@ type GetCallStatesRequest struct {
 
 func (x *GetCallStatesRequest) Reset() {
 	*x = GetCallStatesRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2920,7 @@ func (x *GetCallStatesRequest) String() string {
 func (*GetCallStatesRequest) ProtoMessage() {}
 
 func (x *GetCallStatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[35]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2933,7 @@ func (x *GetCallStatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallStatesRequest.ProtoReflect.Descriptor instead.
 func (*GetCallStatesRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetCallStatesRequest) GetCallIds() []string {
@@ -2807,7 +2953,7 @@ type GetCallStatesResponse struct {
 
 func (x *GetCallStatesResponse) Reset() {
 	*x = GetCallStatesResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2965,7 @@ func (x *GetCallStatesResponse) String() string {
 func (*GetCallStatesResponse) ProtoMessage() {}
 
 func (x *GetCallStatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[36]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2978,7 @@ func (x *GetCallStatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallStatesResponse.ProtoReflect.Descriptor instead.
 func (*GetCallStatesResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetCallStatesResponse) GetStates() []CallState {
@@ -2868,7 +3014,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3026,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[37]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3039,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -2983,7 +3129,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3141,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[38]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3154,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -3035,7 +3181,7 @@ type WatchAuditRequest struct {
 
 func (x *WatchAuditRequest) Reset() {
 	*x = WatchAuditRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3193,7 @@ func (x *WatchAuditRequest) String() string {
 func (*WatchAuditRequest) ProtoMessage() {}
 
 func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[39]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3206,7 @@ func (x *WatchAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditRequest.ProtoReflect.Descriptor instead.
 func (*WatchAuditRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchAuditRequest) GetSince() *timestamppb.Timestamp {
@@ -3079,7 +3225,7 @@ type WatchAuditResponse struct {
 
 func (x *WatchAuditResponse) Reset() {
 	*x = WatchAuditResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3237,7 @@ func (x *WatchAuditResponse) String() string {
 func (*WatchAuditResponse) ProtoMessage() {}
 
 func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[40]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3250,7 @@ func (x *WatchAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAuditResponse.ProtoReflect.Descriptor instead.
 func (*WatchAuditResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchAuditResponse) GetRecord() *AuditRecord {
@@ -3122,7 +3268,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3280,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[41]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3293,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 // WatchToolsResponse is the catalogue of live, undrained workers: tools,
@@ -3163,7 +3309,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3321,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[42]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3334,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchToolsResponse) GetTools() []*Tool {
@@ -3225,7 +3371,7 @@ type CancelScopeRequest struct {
 
 func (x *CancelScopeRequest) Reset() {
 	*x = CancelScopeRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3383,7 @@ func (x *CancelScopeRequest) String() string {
 func (*CancelScopeRequest) ProtoMessage() {}
 
 func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[43]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3396,7 @@ func (x *CancelScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeRequest.ProtoReflect.Descriptor instead.
 func (*CancelScopeRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelScopeRequest) GetScope() string {
@@ -3293,7 +3439,7 @@ type CancelScopeResponse struct {
 
 func (x *CancelScopeResponse) Reset() {
 	*x = CancelScopeResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3451,7 @@ func (x *CancelScopeResponse) String() string {
 func (*CancelScopeResponse) ProtoMessage() {}
 
 func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[44]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3464,7 @@ func (x *CancelScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScopeResponse.ProtoReflect.Descriptor instead.
 func (*CancelScopeResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelScopeResponse) GetCancelled() int32 {
@@ -3353,7 +3499,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3511,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[45]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3524,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Session) GetSessionId() string {
@@ -3434,7 +3580,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3592,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[46]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3605,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *OpenSessionRequest) GetSession() *Session {
@@ -3484,7 +3630,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3642,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[47]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3655,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 type GetSessionRequest struct {
@@ -3521,7 +3667,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3679,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[48]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3692,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -3565,7 +3711,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3723,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[49]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3736,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -3611,7 +3757,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3769,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[50]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3782,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -3672,7 +3818,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3830,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[51]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3843,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CloseSessionResponse) GetCancelled() int32 {
@@ -3724,7 +3870,7 @@ type WatchSessionNotificationsRequest struct {
 
 func (x *WatchSessionNotificationsRequest) Reset() {
 	*x = WatchSessionNotificationsRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3882,7 @@ func (x *WatchSessionNotificationsRequest) String() string {
 func (*WatchSessionNotificationsRequest) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[52]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3895,7 @@ func (x *WatchSessionNotificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionNotificationsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchSessionNotificationsRequest) GetGateway() string {
@@ -3774,7 +3920,7 @@ type WatchSessionNotificationsResponse struct {
 
 func (x *WatchSessionNotificationsResponse) Reset() {
 	*x = WatchSessionNotificationsResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +3932,7 @@ func (x *WatchSessionNotificationsResponse) String() string {
 func (*WatchSessionNotificationsResponse) ProtoMessage() {}
 
 func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[53]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +3945,7 @@ func (x *WatchSessionNotificationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use WatchSessionNotificationsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionNotificationsResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchSessionNotificationsResponse) GetSessions() []string {
@@ -3844,7 +3990,7 @@ type SubscribeResourceRequest struct {
 
 func (x *SubscribeResourceRequest) Reset() {
 	*x = SubscribeResourceRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +4002,7 @@ func (x *SubscribeResourceRequest) String() string {
 func (*SubscribeResourceRequest) ProtoMessage() {}
 
 func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[54]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4015,7 @@ func (x *SubscribeResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SubscribeResourceRequest) GetSession() string {
@@ -3908,7 +4054,7 @@ type SubscribeResourceResponse struct {
 
 func (x *SubscribeResourceResponse) Reset() {
 	*x = SubscribeResourceResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4066,7 @@ func (x *SubscribeResourceResponse) String() string {
 func (*SubscribeResourceResponse) ProtoMessage() {}
 
 func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[55]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4079,7 @@ func (x *SubscribeResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResourceResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResourceResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 // SetTaskInputRequest is a worker's change to what its task's call waits
@@ -3951,7 +4097,7 @@ type SetTaskInputRequest struct {
 
 func (x *SetTaskInputRequest) Reset() {
 	*x = SetTaskInputRequest{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[56]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4109,7 @@ func (x *SetTaskInputRequest) String() string {
 func (*SetTaskInputRequest) ProtoMessage() {}
 
 func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[56]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4122,7 @@ func (x *SetTaskInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputRequest.ProtoReflect.Descriptor instead.
 func (*SetTaskInputRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetTaskInputRequest) GetCall() *CallRef {
@@ -4008,7 +4154,7 @@ type SetTaskInputResponse struct {
 
 func (x *SetTaskInputResponse) Reset() {
 	*x = SetTaskInputResponse{}
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[57]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +4166,7 @@ func (x *SetTaskInputResponse) String() string {
 func (*SetTaskInputResponse) ProtoMessage() {}
 
 func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[57]
+	mi := &file_mcpcancel_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +4179,7 @@ func (x *SetTaskInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTaskInputResponse.ProtoReflect.Descriptor instead.
 func (*SetTaskInputResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_mcpcancel_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
@@ -4125,7 +4271,7 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x122\n" +
 	"\x06result\x18\x03 \x01(\x0e2\x1a.mcpcancel.v1.SettleResultR\x06result\x12B\n" +
 	"\x10winner_initiator\x18\x04 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\x0fwinnerInitiator\x12#\n" +
-	"\rwinner_reason\x18\x05 \x01(\tR\fwinnerReason\"\xdf\x03\n" +
+	"\rwinner_reason\x18\x05 \x01(\tR\fwinnerReason\"\x9b\x04\n" +
 	"\rAttachRequest\x121\n" +
 	"\x05hello\x18\x01 \x01(\v2\x19.mcpcancel.v1.WorkerHelloH\x00R\x05hello\x128\n" +
 	"\astopped\x18\x02 \x01(\v2\x1c.mcpcancel.v1.HandlerStoppedH\x00R\astopped\x12+\n" +
@@ -4133,7 +4279,8 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\x06detach\x18\x04 \x01(\v2\x14.mcpcancel.v1.DetachH\x00R\x06detach\x12A\n" +
 	"\rtools_changed\x18\x05 \x01(\v2\x1a.mcpcancel.v1.ToolsChangedH\x00R\ftoolsChanged\x127\n" +
 	"\theartbeat\x18\x06 \x01(\v2\x17.mcpcancel.v1.HeartbeatH\x00R\theartbeat\x128\n" +
-	"\bcomplete\x18\a \x01(\v2\x1a.mcpcancel.v1.CompleteCallH\x00R\bcomplete\x12G\n" +
+	"\bcomplete\x18\a \x01(\v2\x1a.mcpcancel.v1.CompleteCallH\x00R\bcomplete\x12:\n" +
+	"\bprogress\x18\b \x01(\v2\x1c.mcpcancel.v1.ProgressDigestH\x00R\bprogress\x12G\n" +
 	"\fnotification\x182 \x01(\v2!.mcpcancel.v1.SessionNotificationH\x00R\fnotificationB\x05\n" +
 	"\x03msg\"\x95\x02\n" +
 	"\vWorkerHello\x12\x12\n" +
@@ -4164,7 +4311,15 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\a\n" +
 	"\x05Drain\"\b\n" +
 	"\x06Detach\"\v\n" +
-	"\tHeartbeat\"\x99\x01\n" +
+	"\tHeartbeat\"B\n" +
+	"\x0eProgressDigest\x120\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1a.mcpcancel.v1.CallProgressR\x05calls\"\x9f\x01\n" +
+	"\fCallProgress\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1a\n" +
+	"\bprogress\x18\x03 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x99\x01\n" +
 	"\fToolsChanged\x12(\n" +
 	"\x05tools\x18\x01 \x03(\v2\x12.mcpcancel.v1.ToolR\x05tools\x12+\n" +
 	"\x06offers\x18\n" +
@@ -4372,7 +4527,7 @@ func file_mcpcancel_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_mcpcancel_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(CancelResult)(0),                         // 0: mcpcancel.v1.CancelResult
 	(SettleResult)(0),                         // 1: mcpcancel.v1.SettleResult
@@ -4398,218 +4553,223 @@ var file_mcpcancel_v1_coordinator_proto_goTypes = []any{
 	(*Drain)(nil),                             // 21: mcpcancel.v1.Drain
 	(*Detach)(nil),                            // 22: mcpcancel.v1.Detach
 	(*Heartbeat)(nil),                         // 23: mcpcancel.v1.Heartbeat
-	(*ToolsChanged)(nil),                      // 24: mcpcancel.v1.ToolsChanged
-	(*AttachResponse)(nil),                    // 25: mcpcancel.v1.AttachResponse
-	(*SessionNotification)(nil),               // 26: mcpcancel.v1.SessionNotification
-	(*SessionEnded)(nil),                      // 27: mcpcancel.v1.SessionEnded
-	(*Attached)(nil),                          // 28: mcpcancel.v1.Attached
-	(*StopCall)(nil),                          // 29: mcpcancel.v1.StopCall
-	(*ListWorkersRequest)(nil),                // 30: mcpcancel.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),               // 31: mcpcancel.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),                        // 32: mcpcancel.v1.WorkerInfo
-	(*ListToolsRequest)(nil),                  // 33: mcpcancel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),                 // 34: mcpcancel.v1.ListToolsResponse
-	(*GetCallRequest)(nil),                    // 35: mcpcancel.v1.GetCallRequest
-	(*GetCallResponse)(nil),                   // 36: mcpcancel.v1.GetCallResponse
-	(*GetCallStatesRequest)(nil),              // 37: mcpcancel.v1.GetCallStatesRequest
-	(*GetCallStatesResponse)(nil),             // 38: mcpcancel.v1.GetCallStatesResponse
-	(*ListAuditRequest)(nil),                  // 39: mcpcancel.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),                 // 40: mcpcancel.v1.ListAuditResponse
-	(*WatchAuditRequest)(nil),                 // 41: mcpcancel.v1.WatchAuditRequest
-	(*WatchAuditResponse)(nil),                // 42: mcpcancel.v1.WatchAuditResponse
-	(*WatchToolsRequest)(nil),                 // 43: mcpcancel.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                // 44: mcpcancel.v1.WatchToolsResponse
-	(*CancelScopeRequest)(nil),                // 45: mcpcancel.v1.CancelScopeRequest
-	(*CancelScopeResponse)(nil),               // 46: mcpcancel.v1.CancelScopeResponse
-	(*Session)(nil),                           // 47: mcpcancel.v1.Session
-	(*OpenSessionRequest)(nil),                // 48: mcpcancel.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),               // 49: mcpcancel.v1.OpenSessionResponse
-	(*GetSessionRequest)(nil),                 // 50: mcpcancel.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),                // 51: mcpcancel.v1.GetSessionResponse
-	(*CloseSessionRequest)(nil),               // 52: mcpcancel.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),              // 53: mcpcancel.v1.CloseSessionResponse
-	(*WatchSessionNotificationsRequest)(nil),  // 54: mcpcancel.v1.WatchSessionNotificationsRequest
-	(*WatchSessionNotificationsResponse)(nil), // 55: mcpcancel.v1.WatchSessionNotificationsResponse
-	(*SubscribeResourceRequest)(nil),          // 56: mcpcancel.v1.SubscribeResourceRequest
-	(*SubscribeResourceResponse)(nil),         // 57: mcpcancel.v1.SubscribeResourceResponse
-	(*SetTaskInputRequest)(nil),               // 58: mcpcancel.v1.SetTaskInputRequest
-	(*SetTaskInputResponse)(nil),              // 59: mcpcancel.v1.SetTaskInputResponse
-	nil,                                       // 60: mcpcancel.v1.CompleteCall.TraceContextEntry
-	(*CallKey)(nil),                           // 61: mcpcancel.v1.CallKey
-	(*durationpb.Duration)(nil),               // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),             // 63: google.protobuf.Timestamp
-	(Initiator)(0),                            // 64: mcpcancel.v1.Initiator
-	(*ChildRequest)(nil),                      // 65: mcpcancel.v1.ChildRequest
-	(*Tool)(nil),                              // 66: mcpcancel.v1.Tool
-	(*Offer)(nil),                             // 67: mcpcancel.v1.Offer
-	(*Features)(nil),                          // 68: mcpcancel.v1.Features
-	(CallState)(0),                            // 69: mcpcancel.v1.CallState
-	(*Call)(nil),                              // 70: mcpcancel.v1.Call
-	(*AuditRecord)(nil),                       // 71: mcpcancel.v1.AuditRecord
-	(*TaskInput)(nil),                         // 72: mcpcancel.v1.TaskInput
-	(*CreateTaskRequest)(nil),                 // 73: mcpcancel.v1.CreateTaskRequest
-	(*GetTaskRequest)(nil),                    // 74: mcpcancel.v1.GetTaskRequest
-	(*WaitTaskRequest)(nil),                   // 75: mcpcancel.v1.WaitTaskRequest
-	(*ListTasksRequest)(nil),                  // 76: mcpcancel.v1.ListTasksRequest
-	(*CancelTaskRequest)(nil),                 // 77: mcpcancel.v1.CancelTaskRequest
-	(*WatchTaskRequest)(nil),                  // 78: mcpcancel.v1.WatchTaskRequest
-	(*ListTaskRunsRequest)(nil),               // 79: mcpcancel.v1.ListTaskRunsRequest
-	(*UpdateTaskRequest)(nil),                 // 80: mcpcancel.v1.UpdateTaskRequest
-	(*CreateTaskResponse)(nil),                // 81: mcpcancel.v1.CreateTaskResponse
-	(*GetTaskResponse)(nil),                   // 82: mcpcancel.v1.GetTaskResponse
-	(*WaitTaskResponse)(nil),                  // 83: mcpcancel.v1.WaitTaskResponse
-	(*ListTasksResponse)(nil),                 // 84: mcpcancel.v1.ListTasksResponse
-	(*CancelTaskResponse)(nil),                // 85: mcpcancel.v1.CancelTaskResponse
-	(*WatchTaskResponse)(nil),                 // 86: mcpcancel.v1.WatchTaskResponse
-	(*ListTaskRunsResponse)(nil),              // 87: mcpcancel.v1.ListTaskRunsResponse
-	(*UpdateTaskResponse)(nil),                // 88: mcpcancel.v1.UpdateTaskResponse
+	(*ProgressDigest)(nil),                    // 24: mcpcancel.v1.ProgressDigest
+	(*CallProgress)(nil),                      // 25: mcpcancel.v1.CallProgress
+	(*ToolsChanged)(nil),                      // 26: mcpcancel.v1.ToolsChanged
+	(*AttachResponse)(nil),                    // 27: mcpcancel.v1.AttachResponse
+	(*SessionNotification)(nil),               // 28: mcpcancel.v1.SessionNotification
+	(*SessionEnded)(nil),                      // 29: mcpcancel.v1.SessionEnded
+	(*Attached)(nil),                          // 30: mcpcancel.v1.Attached
+	(*StopCall)(nil),                          // 31: mcpcancel.v1.StopCall
+	(*ListWorkersRequest)(nil),                // 32: mcpcancel.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),               // 33: mcpcancel.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),                        // 34: mcpcancel.v1.WorkerInfo
+	(*ListToolsRequest)(nil),                  // 35: mcpcancel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),                 // 36: mcpcancel.v1.ListToolsResponse
+	(*GetCallRequest)(nil),                    // 37: mcpcancel.v1.GetCallRequest
+	(*GetCallResponse)(nil),                   // 38: mcpcancel.v1.GetCallResponse
+	(*GetCallStatesRequest)(nil),              // 39: mcpcancel.v1.GetCallStatesRequest
+	(*GetCallStatesResponse)(nil),             // 40: mcpcancel.v1.GetCallStatesResponse
+	(*ListAuditRequest)(nil),                  // 41: mcpcancel.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),                 // 42: mcpcancel.v1.ListAuditResponse
+	(*WatchAuditRequest)(nil),                 // 43: mcpcancel.v1.WatchAuditRequest
+	(*WatchAuditResponse)(nil),                // 44: mcpcancel.v1.WatchAuditResponse
+	(*WatchToolsRequest)(nil),                 // 45: mcpcancel.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                // 46: mcpcancel.v1.WatchToolsResponse
+	(*CancelScopeRequest)(nil),                // 47: mcpcancel.v1.CancelScopeRequest
+	(*CancelScopeResponse)(nil),               // 48: mcpcancel.v1.CancelScopeResponse
+	(*Session)(nil),                           // 49: mcpcancel.v1.Session
+	(*OpenSessionRequest)(nil),                // 50: mcpcancel.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),               // 51: mcpcancel.v1.OpenSessionResponse
+	(*GetSessionRequest)(nil),                 // 52: mcpcancel.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),                // 53: mcpcancel.v1.GetSessionResponse
+	(*CloseSessionRequest)(nil),               // 54: mcpcancel.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),              // 55: mcpcancel.v1.CloseSessionResponse
+	(*WatchSessionNotificationsRequest)(nil),  // 56: mcpcancel.v1.WatchSessionNotificationsRequest
+	(*WatchSessionNotificationsResponse)(nil), // 57: mcpcancel.v1.WatchSessionNotificationsResponse
+	(*SubscribeResourceRequest)(nil),          // 58: mcpcancel.v1.SubscribeResourceRequest
+	(*SubscribeResourceResponse)(nil),         // 59: mcpcancel.v1.SubscribeResourceResponse
+	(*SetTaskInputRequest)(nil),               // 60: mcpcancel.v1.SetTaskInputRequest
+	(*SetTaskInputResponse)(nil),              // 61: mcpcancel.v1.SetTaskInputResponse
+	nil,                                       // 62: mcpcancel.v1.CompleteCall.TraceContextEntry
+	(*CallKey)(nil),                           // 63: mcpcancel.v1.CallKey
+	(*durationpb.Duration)(nil),               // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),             // 65: google.protobuf.Timestamp
+	(Initiator)(0),                            // 66: mcpcancel.v1.Initiator
+	(*ChildRequest)(nil),                      // 67: mcpcancel.v1.ChildRequest
+	(*Tool)(nil),                              // 68: mcpcancel.v1.Tool
+	(*Offer)(nil),                             // 69: mcpcancel.v1.Offer
+	(*Features)(nil),                          // 70: mcpcancel.v1.Features
+	(CallState)(0),                            // 71: mcpcancel.v1.CallState
+	(*Call)(nil),                              // 72: mcpcancel.v1.Call
+	(*AuditRecord)(nil),                       // 73: mcpcancel.v1.AuditRecord
+	(*TaskInput)(nil),                         // 74: mcpcancel.v1.TaskInput
+	(*CreateTaskRequest)(nil),                 // 75: mcpcancel.v1.CreateTaskRequest
+	(*GetTaskRequest)(nil),                    // 76: mcpcancel.v1.GetTaskRequest
+	(*WaitTaskRequest)(nil),                   // 77: mcpcancel.v1.WaitTaskRequest
+	(*ListTasksRequest)(nil),                  // 78: mcpcancel.v1.ListTasksRequest
+	(*CancelTaskRequest)(nil),                 // 79: mcpcancel.v1.CancelTaskRequest
+	(*WatchTaskRequest)(nil),                  // 80: mcpcancel.v1.WatchTaskRequest
+	(*ListTaskRunsRequest)(nil),               // 81: mcpcancel.v1.ListTaskRunsRequest
+	(*UpdateTaskRequest)(nil),                 // 82: mcpcancel.v1.UpdateTaskRequest
+	(*CreateTaskResponse)(nil),                // 83: mcpcancel.v1.CreateTaskResponse
+	(*GetTaskResponse)(nil),                   // 84: mcpcancel.v1.GetTaskResponse
+	(*WaitTaskResponse)(nil),                  // 85: mcpcancel.v1.WaitTaskResponse
+	(*ListTasksResponse)(nil),                 // 86: mcpcancel.v1.ListTasksResponse
+	(*CancelTaskResponse)(nil),                // 87: mcpcancel.v1.CancelTaskResponse
+	(*WatchTaskResponse)(nil),                 // 88: mcpcancel.v1.WatchTaskResponse
+	(*ListTaskRunsResponse)(nil),              // 89: mcpcancel.v1.ListTaskRunsResponse
+	(*UpdateTaskResponse)(nil),                // 90: mcpcancel.v1.UpdateTaskResponse
 }
 var file_mcpcancel_v1_coordinator_proto_depIdxs = []int32{
-	61,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	62,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
-	63,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
-	62,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
+	63,  // 0: mcpcancel.v1.BeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	64,  // 1: mcpcancel.v1.BeginRequest.timeout:type_name -> google.protobuf.Duration
+	65,  // 2: mcpcancel.v1.BeginResponse.deadline:type_name -> google.protobuf.Timestamp
+	64,  // 3: mcpcancel.v1.BeginResponse.timeout:type_name -> google.protobuf.Duration
 	2,   // 4: mcpcancel.v1.StartRequest.begin:type_name -> mcpcancel.v1.BeginRequest
 	3,   // 5: mcpcancel.v1.StartResponse.placed:type_name -> mcpcancel.v1.BeginResponse
 	6,   // 6: mcpcancel.v1.StartResponse.begun:type_name -> mcpcancel.v1.Begun
-	61,  // 7: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
+	63,  // 7: mcpcancel.v1.CancelRequest.key:type_name -> mcpcancel.v1.CallKey
 	8,   // 8: mcpcancel.v1.CancelRequest.call:type_name -> mcpcancel.v1.CallRef
-	64,  // 9: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	63,  // 10: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	65,  // 11: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	66,  // 9: mcpcancel.v1.CancelRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	65,  // 10: mcpcancel.v1.CancelRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	67,  // 11: mcpcancel.v1.CancelRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	0,   // 12: mcpcancel.v1.CancelResponse.result:type_name -> mcpcancel.v1.CancelResult
-	64,  // 13: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	66,  // 13: mcpcancel.v1.CancelResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	8,   // 14: mcpcancel.v1.CompleteRequest.call:type_name -> mcpcancel.v1.CallRef
-	63,  // 15: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	65,  // 16: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	65,  // 15: mcpcancel.v1.CompleteRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	67,  // 16: mcpcancel.v1.CompleteRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,   // 17: mcpcancel.v1.CompleteResponse.result:type_name -> mcpcancel.v1.SettleResult
-	64,  // 18: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	66,  // 18: mcpcancel.v1.CompleteResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	8,   // 19: mcpcancel.v1.FailRequest.call:type_name -> mcpcancel.v1.CallRef
-	64,  // 20: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	63,  // 21: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
-	65,  // 22: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
+	66,  // 20: mcpcancel.v1.FailRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	65,  // 21: mcpcancel.v1.FailRequest.stopped_at:type_name -> google.protobuf.Timestamp
+	67,  // 22: mcpcancel.v1.FailRequest.child_requests:type_name -> mcpcancel.v1.ChildRequest
 	1,   // 23: mcpcancel.v1.FailResponse.result:type_name -> mcpcancel.v1.SettleResult
-	64,  // 24: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
-	61,  // 25: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
-	64,  // 26: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	66,  // 24: mcpcancel.v1.FailResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	63,  // 25: mcpcancel.v1.AbandonBeginRequest.key:type_name -> mcpcancel.v1.CallKey
+	66,  // 26: mcpcancel.v1.AbandonBeginRequest.initiator:type_name -> mcpcancel.v1.Initiator
 	1,   // 27: mcpcancel.v1.AbandonBeginResponse.result:type_name -> mcpcancel.v1.SettleResult
-	64,  // 28: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
+	66,  // 28: mcpcancel.v1.AbandonBeginResponse.winner_initiator:type_name -> mcpcancel.v1.Initiator
 	17,  // 29: mcpcancel.v1.AttachRequest.hello:type_name -> mcpcancel.v1.WorkerHello
 	18,  // 30: mcpcancel.v1.AttachRequest.stopped:type_name -> mcpcancel.v1.HandlerStopped
 	21,  // 31: mcpcancel.v1.AttachRequest.drain:type_name -> mcpcancel.v1.Drain
 	22,  // 32: mcpcancel.v1.AttachRequest.detach:type_name -> mcpcancel.v1.Detach
-	24,  // 33: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
+	26,  // 33: mcpcancel.v1.AttachRequest.tools_changed:type_name -> mcpcancel.v1.ToolsChanged
 	23,  // 34: mcpcancel.v1.AttachRequest.heartbeat:type_name -> mcpcancel.v1.Heartbeat
 	19,  // 35: mcpcancel.v1.AttachRequest.complete:type_name -> mcpcancel.v1.CompleteCall
-	26,  // 36: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
-	66,  // 37: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
-	67,  // 38: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
-	68,  // 39: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
-	63,  // 40: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	10,  // 41: mcpcancel.v1.CompleteCall.request:type_name -> mcpcancel.v1.CompleteRequest
-	60,  // 42: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
-	11,  // 43: mcpcancel.v1.CompleteReply.response:type_name -> mcpcancel.v1.CompleteResponse
-	66,  // 44: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
-	67,  // 45: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
-	68,  // 46: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
-	28,  // 47: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
-	29,  // 48: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
-	23,  // 49: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
-	20,  // 50: mcpcancel.v1.AttachResponse.completed:type_name -> mcpcancel.v1.CompleteReply
-	27,  // 51: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
-	62,  // 52: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
-	62,  // 53: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
-	69,  // 54: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
-	64,  // 55: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
-	32,  // 56: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
-	66,  // 57: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
-	67,  // 58: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
-	68,  // 59: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
-	66,  // 60: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	67,  // 61: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	68,  // 62: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
-	61,  // 63: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
-	70,  // 64: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
-	69,  // 65: mcpcancel.v1.GetCallStatesResponse.states:type_name -> mcpcancel.v1.CallState
-	63,  // 66: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
-	64,  // 67: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	63,  // 68: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
-	71,  // 69: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
-	63,  // 70: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
-	71,  // 71: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
-	66,  // 72: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
-	67,  // 73: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
-	68,  // 74: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
-	64,  // 75: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
-	63,  // 76: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	47,  // 77: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
-	62,  // 78: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	47,  // 79: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
-	8,   // 80: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
-	72,  // 81: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
-	2,   // 82: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
-	4,   // 83: mcpcancel.v1.CoordinatorService.Start:input_type -> mcpcancel.v1.StartRequest
-	7,   // 84: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
-	10,  // 85: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
-	12,  // 86: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
-	14,  // 87: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
-	16,  // 88: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
-	30,  // 89: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
-	33,  // 90: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
-	35,  // 91: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
-	37,  // 92: mcpcancel.v1.CoordinatorService.GetCallStates:input_type -> mcpcancel.v1.GetCallStatesRequest
-	39,  // 93: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
-	41,  // 94: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
-	43,  // 95: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
-	45,  // 96: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
-	48,  // 97: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
-	50,  // 98: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
-	52,  // 99: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
-	54,  // 100: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
-	56,  // 101: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
-	73,  // 102: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
-	74,  // 103: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
-	75,  // 104: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
-	76,  // 105: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
-	77,  // 106: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
-	78,  // 107: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
-	58,  // 108: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
-	79,  // 109: mcpcancel.v1.CoordinatorService.ListTaskRuns:input_type -> mcpcancel.v1.ListTaskRunsRequest
-	80,  // 110: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
-	3,   // 111: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
-	5,   // 112: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
-	9,   // 113: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
-	11,  // 114: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
-	13,  // 115: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
-	15,  // 116: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
-	25,  // 117: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
-	31,  // 118: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
-	34,  // 119: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
-	36,  // 120: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
-	38,  // 121: mcpcancel.v1.CoordinatorService.GetCallStates:output_type -> mcpcancel.v1.GetCallStatesResponse
-	40,  // 122: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
-	42,  // 123: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
-	44,  // 124: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
-	46,  // 125: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
-	49,  // 126: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
-	51,  // 127: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
-	53,  // 128: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
-	55,  // 129: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
-	57,  // 130: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
-	81,  // 131: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
-	82,  // 132: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
-	83,  // 133: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
-	84,  // 134: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
-	85,  // 135: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
-	86,  // 136: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
-	59,  // 137: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
-	87,  // 138: mcpcancel.v1.CoordinatorService.ListTaskRuns:output_type -> mcpcancel.v1.ListTaskRunsResponse
-	88,  // 139: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
-	111, // [111:140] is the sub-list for method output_type
-	82,  // [82:111] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	24,  // 36: mcpcancel.v1.AttachRequest.progress:type_name -> mcpcancel.v1.ProgressDigest
+	28,  // 37: mcpcancel.v1.AttachRequest.notification:type_name -> mcpcancel.v1.SessionNotification
+	68,  // 38: mcpcancel.v1.WorkerHello.tools:type_name -> mcpcancel.v1.Tool
+	69,  // 39: mcpcancel.v1.WorkerHello.offers:type_name -> mcpcancel.v1.Offer
+	70,  // 40: mcpcancel.v1.WorkerHello.features:type_name -> mcpcancel.v1.Features
+	65,  // 41: mcpcancel.v1.HandlerStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	10,  // 42: mcpcancel.v1.CompleteCall.request:type_name -> mcpcancel.v1.CompleteRequest
+	62,  // 43: mcpcancel.v1.CompleteCall.trace_context:type_name -> mcpcancel.v1.CompleteCall.TraceContextEntry
+	11,  // 44: mcpcancel.v1.CompleteReply.response:type_name -> mcpcancel.v1.CompleteResponse
+	25,  // 45: mcpcancel.v1.ProgressDigest.calls:type_name -> mcpcancel.v1.CallProgress
+	65,  // 46: mcpcancel.v1.CallProgress.at:type_name -> google.protobuf.Timestamp
+	68,  // 47: mcpcancel.v1.ToolsChanged.tools:type_name -> mcpcancel.v1.Tool
+	69,  // 48: mcpcancel.v1.ToolsChanged.offers:type_name -> mcpcancel.v1.Offer
+	70,  // 49: mcpcancel.v1.ToolsChanged.features:type_name -> mcpcancel.v1.Features
+	30,  // 50: mcpcancel.v1.AttachResponse.attached:type_name -> mcpcancel.v1.Attached
+	31,  // 51: mcpcancel.v1.AttachResponse.stop:type_name -> mcpcancel.v1.StopCall
+	23,  // 52: mcpcancel.v1.AttachResponse.heartbeat:type_name -> mcpcancel.v1.Heartbeat
+	20,  // 53: mcpcancel.v1.AttachResponse.completed:type_name -> mcpcancel.v1.CompleteReply
+	29,  // 54: mcpcancel.v1.AttachResponse.session_ended:type_name -> mcpcancel.v1.SessionEnded
+	64,  // 55: mcpcancel.v1.Attached.lease_ttl:type_name -> google.protobuf.Duration
+	64,  // 56: mcpcancel.v1.Attached.heartbeat_interval:type_name -> google.protobuf.Duration
+	71,  // 57: mcpcancel.v1.StopCall.state:type_name -> mcpcancel.v1.CallState
+	66,  // 58: mcpcancel.v1.StopCall.initiator:type_name -> mcpcancel.v1.Initiator
+	34,  // 59: mcpcancel.v1.ListWorkersResponse.workers:type_name -> mcpcancel.v1.WorkerInfo
+	68,  // 60: mcpcancel.v1.WorkerInfo.tools:type_name -> mcpcancel.v1.Tool
+	69,  // 61: mcpcancel.v1.WorkerInfo.offers:type_name -> mcpcancel.v1.Offer
+	70,  // 62: mcpcancel.v1.WorkerInfo.features:type_name -> mcpcancel.v1.Features
+	68,  // 63: mcpcancel.v1.ListToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	69,  // 64: mcpcancel.v1.ListToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	70,  // 65: mcpcancel.v1.ListToolsResponse.features:type_name -> mcpcancel.v1.Features
+	63,  // 66: mcpcancel.v1.GetCallRequest.key:type_name -> mcpcancel.v1.CallKey
+	72,  // 67: mcpcancel.v1.GetCallResponse.call:type_name -> mcpcancel.v1.Call
+	71,  // 68: mcpcancel.v1.GetCallStatesResponse.states:type_name -> mcpcancel.v1.CallState
+	65,  // 69: mcpcancel.v1.ListAuditRequest.since:type_name -> google.protobuf.Timestamp
+	66,  // 70: mcpcancel.v1.ListAuditRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	65,  // 71: mcpcancel.v1.ListAuditRequest.until:type_name -> google.protobuf.Timestamp
+	73,  // 72: mcpcancel.v1.ListAuditResponse.records:type_name -> mcpcancel.v1.AuditRecord
+	65,  // 73: mcpcancel.v1.WatchAuditRequest.since:type_name -> google.protobuf.Timestamp
+	73,  // 74: mcpcancel.v1.WatchAuditResponse.record:type_name -> mcpcancel.v1.AuditRecord
+	68,  // 75: mcpcancel.v1.WatchToolsResponse.tools:type_name -> mcpcancel.v1.Tool
+	69,  // 76: mcpcancel.v1.WatchToolsResponse.offers:type_name -> mcpcancel.v1.Offer
+	70,  // 77: mcpcancel.v1.WatchToolsResponse.features:type_name -> mcpcancel.v1.Features
+	66,  // 78: mcpcancel.v1.CancelScopeRequest.initiator:type_name -> mcpcancel.v1.Initiator
+	65,  // 79: mcpcancel.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	49,  // 80: mcpcancel.v1.OpenSessionRequest.session:type_name -> mcpcancel.v1.Session
+	64,  // 81: mcpcancel.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	49,  // 82: mcpcancel.v1.GetSessionResponse.session:type_name -> mcpcancel.v1.Session
+	8,   // 83: mcpcancel.v1.SetTaskInputRequest.call:type_name -> mcpcancel.v1.CallRef
+	74,  // 84: mcpcancel.v1.SetTaskInputRequest.ask:type_name -> mcpcancel.v1.TaskInput
+	2,   // 85: mcpcancel.v1.CoordinatorService.Begin:input_type -> mcpcancel.v1.BeginRequest
+	4,   // 86: mcpcancel.v1.CoordinatorService.Start:input_type -> mcpcancel.v1.StartRequest
+	7,   // 87: mcpcancel.v1.CoordinatorService.Cancel:input_type -> mcpcancel.v1.CancelRequest
+	10,  // 88: mcpcancel.v1.CoordinatorService.Complete:input_type -> mcpcancel.v1.CompleteRequest
+	12,  // 89: mcpcancel.v1.CoordinatorService.Fail:input_type -> mcpcancel.v1.FailRequest
+	14,  // 90: mcpcancel.v1.CoordinatorService.AbandonBegin:input_type -> mcpcancel.v1.AbandonBeginRequest
+	16,  // 91: mcpcancel.v1.CoordinatorService.Attach:input_type -> mcpcancel.v1.AttachRequest
+	32,  // 92: mcpcancel.v1.CoordinatorService.ListWorkers:input_type -> mcpcancel.v1.ListWorkersRequest
+	35,  // 93: mcpcancel.v1.CoordinatorService.ListTools:input_type -> mcpcancel.v1.ListToolsRequest
+	37,  // 94: mcpcancel.v1.CoordinatorService.GetCall:input_type -> mcpcancel.v1.GetCallRequest
+	39,  // 95: mcpcancel.v1.CoordinatorService.GetCallStates:input_type -> mcpcancel.v1.GetCallStatesRequest
+	41,  // 96: mcpcancel.v1.CoordinatorService.ListAudit:input_type -> mcpcancel.v1.ListAuditRequest
+	43,  // 97: mcpcancel.v1.CoordinatorService.WatchAudit:input_type -> mcpcancel.v1.WatchAuditRequest
+	45,  // 98: mcpcancel.v1.CoordinatorService.WatchTools:input_type -> mcpcancel.v1.WatchToolsRequest
+	47,  // 99: mcpcancel.v1.CoordinatorService.CancelScope:input_type -> mcpcancel.v1.CancelScopeRequest
+	50,  // 100: mcpcancel.v1.CoordinatorService.OpenSession:input_type -> mcpcancel.v1.OpenSessionRequest
+	52,  // 101: mcpcancel.v1.CoordinatorService.GetSession:input_type -> mcpcancel.v1.GetSessionRequest
+	54,  // 102: mcpcancel.v1.CoordinatorService.CloseSession:input_type -> mcpcancel.v1.CloseSessionRequest
+	56,  // 103: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:input_type -> mcpcancel.v1.WatchSessionNotificationsRequest
+	58,  // 104: mcpcancel.v1.CoordinatorService.SubscribeResource:input_type -> mcpcancel.v1.SubscribeResourceRequest
+	75,  // 105: mcpcancel.v1.CoordinatorService.CreateTask:input_type -> mcpcancel.v1.CreateTaskRequest
+	76,  // 106: mcpcancel.v1.CoordinatorService.GetTask:input_type -> mcpcancel.v1.GetTaskRequest
+	77,  // 107: mcpcancel.v1.CoordinatorService.WaitTask:input_type -> mcpcancel.v1.WaitTaskRequest
+	78,  // 108: mcpcancel.v1.CoordinatorService.ListTasks:input_type -> mcpcancel.v1.ListTasksRequest
+	79,  // 109: mcpcancel.v1.CoordinatorService.CancelTask:input_type -> mcpcancel.v1.CancelTaskRequest
+	80,  // 110: mcpcancel.v1.CoordinatorService.WatchTask:input_type -> mcpcancel.v1.WatchTaskRequest
+	60,  // 111: mcpcancel.v1.CoordinatorService.SetTaskInput:input_type -> mcpcancel.v1.SetTaskInputRequest
+	81,  // 112: mcpcancel.v1.CoordinatorService.ListTaskRuns:input_type -> mcpcancel.v1.ListTaskRunsRequest
+	82,  // 113: mcpcancel.v1.CoordinatorService.UpdateTask:input_type -> mcpcancel.v1.UpdateTaskRequest
+	3,   // 114: mcpcancel.v1.CoordinatorService.Begin:output_type -> mcpcancel.v1.BeginResponse
+	5,   // 115: mcpcancel.v1.CoordinatorService.Start:output_type -> mcpcancel.v1.StartResponse
+	9,   // 116: mcpcancel.v1.CoordinatorService.Cancel:output_type -> mcpcancel.v1.CancelResponse
+	11,  // 117: mcpcancel.v1.CoordinatorService.Complete:output_type -> mcpcancel.v1.CompleteResponse
+	13,  // 118: mcpcancel.v1.CoordinatorService.Fail:output_type -> mcpcancel.v1.FailResponse
+	15,  // 119: mcpcancel.v1.CoordinatorService.AbandonBegin:output_type -> mcpcancel.v1.AbandonBeginResponse
+	27,  // 120: mcpcancel.v1.CoordinatorService.Attach:output_type -> mcpcancel.v1.AttachResponse
+	33,  // 121: mcpcancel.v1.CoordinatorService.ListWorkers:output_type -> mcpcancel.v1.ListWorkersResponse
+	36,  // 122: mcpcancel.v1.CoordinatorService.ListTools:output_type -> mcpcancel.v1.ListToolsResponse
+	38,  // 123: mcpcancel.v1.CoordinatorService.GetCall:output_type -> mcpcancel.v1.GetCallResponse
+	40,  // 124: mcpcancel.v1.CoordinatorService.GetCallStates:output_type -> mcpcancel.v1.GetCallStatesResponse
+	42,  // 125: mcpcancel.v1.CoordinatorService.ListAudit:output_type -> mcpcancel.v1.ListAuditResponse
+	44,  // 126: mcpcancel.v1.CoordinatorService.WatchAudit:output_type -> mcpcancel.v1.WatchAuditResponse
+	46,  // 127: mcpcancel.v1.CoordinatorService.WatchTools:output_type -> mcpcancel.v1.WatchToolsResponse
+	48,  // 128: mcpcancel.v1.CoordinatorService.CancelScope:output_type -> mcpcancel.v1.CancelScopeResponse
+	51,  // 129: mcpcancel.v1.CoordinatorService.OpenSession:output_type -> mcpcancel.v1.OpenSessionResponse
+	53,  // 130: mcpcancel.v1.CoordinatorService.GetSession:output_type -> mcpcancel.v1.GetSessionResponse
+	55,  // 131: mcpcancel.v1.CoordinatorService.CloseSession:output_type -> mcpcancel.v1.CloseSessionResponse
+	57,  // 132: mcpcancel.v1.CoordinatorService.WatchSessionNotifications:output_type -> mcpcancel.v1.WatchSessionNotificationsResponse
+	59,  // 133: mcpcancel.v1.CoordinatorService.SubscribeResource:output_type -> mcpcancel.v1.SubscribeResourceResponse
+	83,  // 134: mcpcancel.v1.CoordinatorService.CreateTask:output_type -> mcpcancel.v1.CreateTaskResponse
+	84,  // 135: mcpcancel.v1.CoordinatorService.GetTask:output_type -> mcpcancel.v1.GetTaskResponse
+	85,  // 136: mcpcancel.v1.CoordinatorService.WaitTask:output_type -> mcpcancel.v1.WaitTaskResponse
+	86,  // 137: mcpcancel.v1.CoordinatorService.ListTasks:output_type -> mcpcancel.v1.ListTasksResponse
+	87,  // 138: mcpcancel.v1.CoordinatorService.CancelTask:output_type -> mcpcancel.v1.CancelTaskResponse
+	88,  // 139: mcpcancel.v1.CoordinatorService.WatchTask:output_type -> mcpcancel.v1.WatchTaskResponse
+	61,  // 140: mcpcancel.v1.CoordinatorService.SetTaskInput:output_type -> mcpcancel.v1.SetTaskInputResponse
+	89,  // 141: mcpcancel.v1.CoordinatorService.ListTaskRuns:output_type -> mcpcancel.v1.ListTaskRunsResponse
+	90,  // 142: mcpcancel.v1.CoordinatorService.UpdateTask:output_type -> mcpcancel.v1.UpdateTaskResponse
+	114, // [114:143] is the sub-list for method output_type
+	85,  // [85:114] is the sub-list for method input_type
+	85,  // [85:85] is the sub-list for extension type_name
+	85,  // [85:85] is the sub-list for extension extendee
+	0,   // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_coordinator_proto_init() }
@@ -4636,16 +4796,17 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 		(*AttachRequest_ToolsChanged)(nil),
 		(*AttachRequest_Heartbeat)(nil),
 		(*AttachRequest_Complete)(nil),
+		(*AttachRequest_Progress)(nil),
 		(*AttachRequest_Notification)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[23].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[25].OneofWrappers = []any{
 		(*AttachResponse_Attached)(nil),
 		(*AttachResponse_Stop)(nil),
 		(*AttachResponse_Heartbeat)(nil),
 		(*AttachResponse_Completed)(nil),
 		(*AttachResponse_SessionEnded)(nil),
 	}
-	file_mcpcancel_v1_coordinator_proto_msgTypes[33].OneofWrappers = []any{
+	file_mcpcancel_v1_coordinator_proto_msgTypes[35].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_Key)(nil),
 	}
@@ -4655,7 +4816,7 @@ func file_mcpcancel_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_coordinator_proto_rawDesc), len(file_mcpcancel_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
