@@ -162,14 +162,21 @@ func (c *call) failUnrecorded(begun *pb.BeginResponse, beginID string, cause err
 	resp, err := c.fail(begun, pb.Initiator_INITIATOR_DISCONNECT, "the gateway could not confirm the call's record: "+status.Convert(cause).Message())
 	switch {
 	case err != nil:
-		// Undecided (its request id in use by another call, say): the
-		// client is told it failed, and nothing of the call was shown.
-		// Abandoning its Begin keeps any later decision by placement
-		// (its worker's) from recording it; one that committed after all
-		// is failed by the abandonment.
+		// Undecided (its request id in use by another call, say, or the
+		// coordinator it asked stopping): abandoning its Begin keeps any
+		// later decision by placement (its worker's) from recording it,
+		// and fails a record that was written meanwhile, unless a
+		// decision stands there already (its worker's completion,
+		// through another coordinator), which the client then gets.
 		g.log.Warn("cannot record a call whose Begin failed; abandoning it", "call", begun.GetCallId(), "err", err)
-		c.abandonBegin(beginID)
-		c.stopped(c.notStarted(cause))
+		switch r := c.abandonBegin(beginID); r.GetResult() {
+		case pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
+			c.cancelledBy(r.GetWinnerInitiator(), r.GetWinnerReason())
+		case pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED, pb.SettleResult_SETTLE_RESULT_ALREADY_FAILED:
+			// its answer is on the stream
+		default: // failed by the abandonment, never recorded, or no coordinator answered
+			c.stopped(c.notStarted(cause))
+		}
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_WON:
 		c.stopped(c.notStarted(cause))
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:

@@ -214,11 +214,11 @@ func (c *call) beginFailed(err error, p *routed, beginID string) {
 		// The coordinator or etcd went away, perhaps after committing
 		// the call: make sure it ends FAILED, as the client is told.
 		c.s.g.log.Warn("begin failed", "scope", c.s.scope, "method", p.method, "target", tool, "err", err)
-		if who, reason, ok := c.abandonBegin(beginID); ok {
+		if r := c.abandonBegin(beginID); r.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED {
 			// The Begin did commit, and a cancellation (the client's
 			// disconnect, say) won before we could fail it: answer as
 			// that decision says, which is silence for the client's own.
-			c.cancelledBy(who, reason)
+			c.cancelledBy(r.GetWinnerInitiator(), r.GetWinnerReason())
 			return
 		}
 		if c.gate.clientAsked() || c.s.hasLeft() {
@@ -242,9 +242,11 @@ func (c *call) beginFailed(err error, p *routed, beginID string) {
 // that commits after all leaves its call to the janitor, which fails it
 // past its deadline.
 //
-// If the Begin committed and a cancellation settled its call first, it
-// reports that cancellation's initiator and reason, and ok.
-func (c *call) abandonBegin(beginID string) (who pb.Initiator, reason string, ok bool) {
+// It returns the coordinator's answer: whether the Begin (or a decision
+// that created the call's record) committed, and if so whether the
+// abandonment's failure won or which decision stands; nil if none
+// answered.
+func (c *call) abandonBegin(beginID string) *pb.AbandonBeginResponse {
 	g := c.s.g
 	req := &pb.AbandonBeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, BeginId: beginID,
@@ -256,17 +258,17 @@ func (c *call) abandonBegin(beginID string) (who pb.Initiator, reason string, ok
 		got, err := g.coord.AbandonBegin(ctx, req)
 		cancel()
 		switch {
-		case err == nil && got.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
-			return got.GetWinnerInitiator(), got.GetWinnerReason(), true
-		case err == nil || client.Is(err, client.ErrInvalidArgument) || client.Is(err, client.ErrUnknownCall):
-			return 0, "", false // never begun, or failed now (or it ended otherwise, long ago)
+		case err == nil:
+			return got
+		case client.Is(err, client.ErrInvalidArgument) || client.Is(err, client.ErrUnknownCall):
+			return &pb.AbandonBeginResponse{} // never begun (or it ended otherwise, long ago)
 		}
 		g.log.Warn("abandoning a Begin whose reply was lost", "scope", c.s.scope, "begin", beginID, "err", err)
 		if retry.Wait(g.base) != nil {
-			return 0, "", false
+			return nil
 		}
 	}
-	return 0, "", false
+	return nil
 }
 
 // execute streams the call from its worker and relays what comes back.

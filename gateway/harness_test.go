@@ -116,7 +116,9 @@ func (st *stack) callWrites(t *testing.T, from, to int64) []string {
 		}
 		for _, ev := range resp.Events {
 			k := string(ev.Kv.Key)
-			if ev.Kv.ModRevision > to || strings.HasPrefix(k, "/mcpcancel/v1/workers/") || strings.HasPrefix(k, "/mcpcancel/v1/janitor/") {
+			if ev.Kv.ModRevision > to || strings.HasPrefix(k, "/mcpcancel/v1/workers/") || strings.HasPrefix(k, "/mcpcancel/v1/janitor/") ||
+				strings.HasPrefix(k, "/mcpcancel/v1/progress/") { // workers' progress digests: no call's
+
 				continue
 			}
 			keys = append(keys, k)

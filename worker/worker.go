@@ -332,7 +332,7 @@ func (w *Worker) Run(ctx context.Context, lis net.Listener) error {
 		t.Stop()
 	}
 	stopCtrl()
-	srv.GracefulStop()
+	grpcserver.Stop(srv, detachTimeout) // its calls are over: what holds it is a peer that does not close
 	err = g.Wait()
 	if errors.Is(err, grpc.ErrServerStopped) {
 		err = nil

@@ -180,7 +180,7 @@ func serveCoordinator(ctx context.Context, srv *coordinator.Server, log *slog.Lo
 	g.Go(func() error {
 		<-ctx.Done()
 		hs.Shutdown()
-		stopGRPC(gs, grace)
+		grpcserver.Stop(gs, grace)
 		return nil
 	})
 	return g.Wait()
@@ -203,23 +203,6 @@ func runReplica(ctx context.Context, srv *coordinator.Server, etcdURLs string) e
 		return err // it names both versions
 	}
 	return fmt.Errorf("cannot read the coordinator's state from etcd at %s: %w", etcdURLs, err)
-}
-
-// stopGRPC stops gs gracefully, and at once when that takes over grace.
-func stopGRPC(gs *grpc.Server, grace time.Duration) {
-	stopped := make(chan struct{})
-	go func() { // owned here: Stop below makes GracefulStop return
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-stopped:
-	case <-t.C:
-		gs.Stop()
-		<-stopped
-	}
 }
 
 // openAuditExport opens where --audit-export writes: nil for nowhere,

@@ -102,5 +102,31 @@ func Options(log *slog.Logger, reg prometheus.Registerer) []grpc.ServerOption {
 		),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
+		// A connection that has not finished its handshake in this long
+		// is closed: grpc's default (120 s) would hold a graceful stop,
+		// and even Stop, that long for a peer that went silent mid-way
+		// (the robustness harness's silent proxies found it).
+		grpc.ConnectionTimeout(HandshakeTimeout),
+	}
+}
+
+// HandshakeTimeout bounds a new connection's TLS and HTTP/2 handshake.
+const HandshakeTimeout = 5 * time.Second
+
+// Stop stops gs gracefully, and at once when that takes over grace: a
+// peer that never closes its connection holds a graceful stop forever.
+func Stop(gs *grpc.Server, grace time.Duration) {
+	stopped := make(chan struct{})
+	go func() { // owned here: Stop below makes GracefulStop return
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		gs.Stop()
+		<-stopped
 	}
 }
