@@ -15,10 +15,10 @@ import (
 // the same arguments (or new ones).
 type process struct {
 	name string
-	bin  string
 	dir  string // logs go to dir/name.log, appended across restarts
 
 	mu   sync.Mutex
+	bin  string
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -36,7 +36,7 @@ func (p *process) start() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), p.args)
+	fmt.Fprintf(log, "=== %s start %s %v\n", time.Now().Format(time.RFC3339Nano), p.bin, p.args)
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	dieWithTest(cmd)
@@ -110,6 +110,20 @@ func (p *process) exited() bool {
 	default:
 		return false
 	}
+}
+
+// setBin makes the next start run bin: another release (upgrade.go).
+func (p *process) setBin(bin string) {
+	p.mu.Lock()
+	p.bin = bin
+	p.mu.Unlock()
+}
+
+// binary is what the next start runs.
+func (p *process) binary() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bin
 }
 
 func (p *process) setArgs(args ...string) {
