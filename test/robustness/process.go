@@ -76,7 +76,9 @@ func (p *process) kill() {
 	<-done
 }
 
-// stop asks the process to end (SIGTERM), and kills it after grace.
+// stop asks the process to end (SIGTERM), and kills it after grace: with
+// SIGQUIT first, so that a Go process writes its goroutines to its log
+// and shows what held it up, then SIGKILL if it is not gone in 2 s.
 func (p *process) stop(grace time.Duration) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -91,8 +93,15 @@ func (p *process) stop(grace time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		cmd.Process.Kill()
-		<-done
+		cmd.Process.Signal(syscall.SIGQUIT)
+		quit := time.NewTimer(2 * time.Second)
+		defer quit.Stop()
+		select {
+		case <-done:
+		case <-quit.C:
+			cmd.Process.Kill()
+			<-done
+		}
 	}
 }
 

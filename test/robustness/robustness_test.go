@@ -107,7 +107,9 @@ func TestCluster(t *testing.T) {
 		MinCalls: 2000, MinCancels: 500, MinFaults: 20, FaultGap: 2 * time.Second,
 		GoHTTP: 10, GoStdio: 2, TS: 2, Tasks: 2,
 		// The pairs the run must show (a gateway and a worker of either
-		// release); the soak rolls back coordinators too.
+		// release). Coordinators are rolled back by the soak and by
+		// -upgrade-roles: under this load a coordinator's graceful stop
+		// fails calls whatever the releases (issue 36, open).
 		UpgradeRoles: []string{RoleWorker, RoleGateway},
 	}, true)
 }
