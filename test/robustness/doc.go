@@ -21,5 +21,8 @@
 // The checker (Check) is plain code over a History, so tests feed it
 // hand-made bad histories too. Run the long form with
 //
-//	go test ./test/robustness -run TestSoak -soak 30m -json out.json
+//	go test -timeout 60m ./test/robustness -run TestSoak -args -soak 30m -json out.json
+//
+// -upgrade-roles worker,gateway (after -args) leaves coordinators out of
+// the upgrade fault, as the short run (the one CI runs) does.
 package robustness

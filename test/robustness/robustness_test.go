@@ -114,7 +114,9 @@ func TestCluster(t *testing.T) {
 	}, true)
 }
 
-// TestSoak is the long run: go test ./test/robustness -run TestSoak -soak 30m -json out.json
+// TestSoak is the long run, its flags after -args (go test has a -json of
+// its own, and its default 10m timeout would stop the run):
+// go test -timeout 60m ./test/robustness -run TestSoak -args -soak 30m -json out.json
 func TestSoak(t *testing.T) {
 	if *soak == 0 {
 		t.Skip("pass -soak DURATION")

@@ -14,6 +14,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -177,11 +178,9 @@ func (in *Injector) switchWorker(ctx context.Context, w int, old bool) error {
 	bin, kind, rel := in.releaseOf(old)
 	in.note(kind, "worker %d (%s) to %s", w, in.c.name(w), rel)
 	p := in.c.workers[w]
-	if err := stopWithin(p, drainTimeout); err != nil {
-		return err
-	}
+	err := stopWithin(p, drainTimeout)
 	p.setBin(bin)
-	return in.restart(ctx, w)
+	return errors.Join(err, in.restart(ctx, w))
 }
 
 // switchGateway restarts HTTP gateway i on the other release.
@@ -189,12 +188,10 @@ func (in *Injector) switchGateway(ctx context.Context, i int, old bool) error {
 	bin, kind, rel := in.releaseOf(old)
 	in.note(kind, "gateway %d to %s", i, rel)
 	p := in.c.gateways[i]
-	if err := stopWithin(p, gatewayGrace); err != nil {
-		return err
-	}
+	err := stopWithin(p, gatewayGrace)
 	p.setBin(bin)
 	in.c.rel.set(gatewayRecordName(i), old)
-	return in.restartGateway(ctx, i)
+	return errors.Join(err, in.restartGateway(ctx, i))
 }
 
 // switchCoordinator restarts coordinator i on the other release. The
@@ -207,25 +204,22 @@ func (in *Injector) switchCoordinator(ctx context.Context, i int, old bool) erro
 		in.c.gate.set(i, true)
 	}
 	p := in.c.coords[i]
-	if err := stopWithin(p, coordGrace); err != nil {
-		return err
-	}
+	stopErr := stopWithin(p, coordGrace)
 	p.setBin(bin)
 	in.c.rel.set(coordName(i), old)
-	if err := p.start(); err != nil {
-		return err
+	err := p.start()
+	if err == nil {
+		err = in.c.waitCoordinator(ctx, i)
 	}
-	if err := in.c.waitCoordinator(ctx, i); err != nil {
-		return err
-	}
-	if !old {
+	if err == nil && !old {
 		in.c.gate.set(i, false)
 	}
-	return nil
+	return errors.Join(stopErr, err)
 }
 
 // stopWithin stops p as a rolling restart does and fails if it took
-// longer than its grace plus stopMargin (it is then killed).
+// longer than its grace plus stopMargin (it is then killed, and the
+// switch goes on: the fault is reported, the fleet kept whole).
 func stopWithin(p *process, grace time.Duration) error {
 	began := time.Now()
 	p.stop(grace + stopMargin)
