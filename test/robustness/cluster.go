@@ -25,11 +25,14 @@ const prefix = "/mcpcancel/v1/"
 // ClusterOptions sizes the timings of a cluster.
 type ClusterOptions struct {
 	Bin, EtcdBin string // the mcpcancel and etcdmember binaries
-	Dir          string // logs and data
-	LeaseTTL     time.Duration
-	Retention    time.Duration
-	CallTimeout  time.Duration
-	Tokens       int // bearer tokens t<i> for principals p<i>
+	// OldBin is the last release's mcpcancel, for the upgrade fault
+	// (upgrade.go); empty if it could not be built.
+	OldBin      string
+	Dir         string // logs and data
+	LeaseTTL    time.Duration
+	Retention   time.Duration
+	CallTimeout time.Duration
+	Tokens      int // bearer tokens t<i> for principals p<i>
 }
 
 // Cluster is 3 etcd members, 2 coordinators, 3 workers and 2 HTTP
@@ -58,6 +61,9 @@ type Cluster struct {
 
 	gateways []*process
 	gwHTTP   []string
+
+	rel  releaseLog // which release each component ran when
+	gate coordGate  // which coordinators run this tree, for the operator
 
 	Etcd  *clientv3.Client // direct to every member, for the checker
 	coord *grpc.ClientConn // to both coordinators, for ListWorkers/ListAudit
@@ -132,6 +138,7 @@ func (c *Cluster) startEtcd(ctx context.Context, clients, peers []string) error 
 
 func (c *Cluster) startCoordinators(ctx context.Context, listen []string) error {
 	c.coordAddr = listen
+	c.gate.old = make([]bool, 2)
 	for i := range 2 {
 		var eps []string
 		var row []*Proxy
@@ -145,9 +152,10 @@ func (c *Cluster) startCoordinators(ctx context.Context, listen []string) error 
 		}
 		c.coordEtcd = append(c.coordEtcd, row)
 		p := newProcess(fmt.Sprintf("coord%d", i), c.opts.Bin, c.opts.Dir, "coordinator",
-			"--listen", listen[i], "--etcd", strings.Join(eps, ","), "--name", fmt.Sprintf("c%d", i),
+			"--listen", listen[i], "--etcd", strings.Join(eps, ","), "--name", coordName(i),
 			"--lease-ttl", c.opts.LeaseTTL.String(), "--retention", c.opts.Retention.String(),
-			"--shutdown-timeout", "2s")
+			"--shutdown-timeout", coordGrace.String())
+		c.rel.set(coordName(i), false)
 		if err := p.start(); err != nil {
 			return err
 		}
@@ -230,6 +238,7 @@ func (c *Cluster) restartWorker(ctx context.Context, w, gen int) error {
 	p.setArgs("worker", "--demo", "--fixtures", "--name", name, "--listen", c.workerAddr[w],
 		"--advertise", c.workerIn[w].Addr(), "--coordinator", strings.Join(coords, ","),
 		"--admin", c.workerAdmin[w], "--drain-timeout", drainTimeout.String())
+	c.rel.set(name, p.binary() == c.opts.OldBin)
 	if err := p.start(); err != nil {
 		return err
 	}
@@ -266,9 +275,10 @@ func (c *Cluster) startGateways(ctx context.Context, listen []string) error {
 	c.gwHTTP = listen
 	for i := range 2 {
 		p := newProcess(fmt.Sprintf("gateway%d", i), c.opts.Bin, c.opts.Dir, "gateway",
-			"--http", listen[i], "--coordinator", strings.Join(c.coordAddr, ","), "--name", fmt.Sprintf("gw%d", i),
+			"--http", listen[i], "--coordinator", strings.Join(c.coordAddr, ","), "--name", gatewayRecordName(i),
 			"--tokens-file", filepath.Join(c.opts.Dir, "tokens"), "--call-timeout", c.opts.CallTimeout.String(),
-			"--shutdown-grace", "1s")
+			"--shutdown-grace", gatewayGrace.String())
+		c.rel.set(gatewayRecordName(i), false)
 		if err := p.start(); err != nil {
 			return err
 		}

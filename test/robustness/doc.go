@@ -12,9 +12,17 @@
 // 2025-11-25 tasks on one gateway and poll, wait for, list and cancel them
 // through either, and kill_gateway kills the gateway that just created a
 // task; CheckTasks (taskcheck.go) checks what they saw against etcd.
+// The upgrade fault (upgrade.go) restarts a process, as a rolling
+// restart does, on the last release's binary (built from the
+// repository's history) and later back on this tree's, and the summary
+// counts the calls settled by a gateway of one release with a worker or
+// coordinators of the other.
 //
 // The checker (Check) is plain code over a History, so tests feed it
 // hand-made bad histories too. Run the long form with
 //
-//	go test ./test/robustness -run TestSoak -soak 30m -json out.json
+//	go test -timeout 60m ./test/robustness -run TestSoak -args -soak 30m -json out.json
+//
+// -upgrade-roles worker,gateway (after -args) leaves coordinators out of
+// the upgrade fault, as the short run (the one CI runs) does.
 package robustness

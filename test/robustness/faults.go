@@ -42,24 +42,35 @@ type Injector struct {
 	gens     []int // worker restarts per slot
 	failures []error
 	kills    []Kill // window.go
+
+	up upgrader // upgrade.go; Run's goroutine alone uses it
 }
 
-func newInjector(c *Cluster, wl *Workload, co *collector, seed int64, log func(string, ...any)) *Injector {
-	return &Injector{c: c, wl: wl, co: co, r: rand.New(rand.NewPCG(uint64(seed), 0xfa17)), log: log, counts: map[string]int{}, gens: make([]int, len(c.workers))}
+func newInjector(c *Cluster, wl *Workload, co *collector, seed int64, up upgrader, log func(string, ...any)) *Injector {
+	if len(up.roles) == 0 {
+		up.roles = upgradeRoles
+	}
+	return &Injector{c: c, wl: wl, co: co, r: rand.New(rand.NewPCG(uint64(seed), 0xfa17)), log: log, counts: map[string]int{},
+		gens: make([]int, len(c.workers)), up: up}
 }
 
 // Run injects faults every gap (jittered) until ctx ends; each fault is
 // healed before the next starts.
 func (in *Injector) Run(ctx context.Context, gap time.Duration) {
-	for i := 0; ctx.Err() == nil; i++ {
+	for i, j := 0, 0; ctx.Err() == nil; i++ {
 		pace(ctx, gap/2+time.Duration(in.r.Int64N(int64(gap))))
 		if ctx.Err() != nil {
 			return
 		}
-		// Every kind once in turn first, then at random.
-		kind := faultKinds[i%len(faultKinds)]
-		if i >= len(faultKinds) {
-			kind = faultKinds[in.r.IntN(len(faultKinds))]
+		// Every upgradeEvery-th an upgrade fault; of the others, every
+		// kind once in turn first, then at random.
+		kind := FUpgrade
+		if !in.upgradeDue(i) {
+			kind = faultKinds[j%len(faultKinds)]
+			if j >= len(faultKinds) {
+				kind = faultKinds[in.r.IntN(len(faultKinds))]
+			}
+			j++
 		}
 		if err := in.inject(context.WithoutCancel(ctx), kind); err != nil {
 			in.mu.Lock()
@@ -89,6 +100,9 @@ func (in *Injector) Failures() []error {
 }
 
 func (in *Injector) inject(ctx context.Context, kind string) error {
+	if kind == FUpgrade {
+		return in.upgrade(ctx)
+	}
 	if ok, err := in.injectSilent(ctx, kind); ok {
 		return err
 	}

@@ -36,7 +36,8 @@ type operator struct {
 	rec     *linearize.Recorder
 	conns   []*grpc.ClientConn
 	clients []pb.CoordinatorServiceClient
-	start   time.Time // epochs count from here
+	start   time.Time  // epochs count from here
+	gate    *coordGate // which coordinators run this tree (upgrade.go)
 
 	// late lets decisions by placement come past the call's deadline.
 	late bool
@@ -52,7 +53,8 @@ type operator struct {
 const operatorPrincipal = "operator"
 
 func newOperator(c *Cluster, late bool) (*operator, error) {
-	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}, late: late}
+	op := &operator{rec: linearize.NewRecorder(), calls: map[string][]*pb.BeginResponse{}, named: map[string]string{}, late: late,
+		gate: &c.gate}
 	for _, a := range c.coordAddr {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithUnaryInterceptor(op.rec.Interceptor()))
@@ -126,18 +128,31 @@ func (op *operator) run(ctx context.Context, seed int64) {
 }
 
 func (op *operator) one(ctx context.Context, r *rand.Rand) {
-	cl := op.clients[r.IntN(len(op.clients))]
+	cur, done := op.gate.current()
+	defer done()
+	i := r.IntN(len(op.clients))
+	cl := op.clients[i]
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	keys := keysOf(op.epoch())
 	k := keys[r.IntN(len(keys))]
 	mk := linearize.Key(k)
 	b := op.pick(r, mk)
-	switch x := r.IntN(100); {
+	x := r.IntN(100)
+	// Start and decisions by placement go to this tree's coordinators.
+	if b != nil && (x >= 12 && x < 25 || x >= 45 && x < 73 && b.GetFence() == 0) {
+		if !slices.Contains(cur, i) {
+			if len(cur) == 0 {
+				return
+			}
+			cl = op.clients[cur[r.IntN(len(cur))]]
+		}
+	}
+	switch {
 	case x < 12 || b == nil:
 		op.begin(ctx, r, cl, mk, op.beginRequest(k, ""))
 	case x < 25:
-		op.startCall(ctx, r, cl, k)
+		op.startCall(ctx, r, cl, op.thisTree(cur), k)
 	case x < 30:
 		op.begin(ctx, r, cl, mk, op.beginRequest(k, b.CallId))
 	case x < 45:

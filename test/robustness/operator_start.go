@@ -20,14 +20,16 @@ import (
 // begun, else by placement (settled first, or the Begin's outcome
 // unknown), which reaches the record if there is one and may create it
 // if not.
-func (op *operator) startCall(ctx context.Context, r *rand.Rand, cl pb.CoordinatorServiceClient, k *pb.CallKey) {
+// cur are this tree's coordinators, the only ones the decisions by
+// placement go to.
+func (op *operator) startCall(ctx context.Context, r *rand.Rand, cl pb.CoordinatorServiceClient, cur []pb.CoordinatorServiceClient, k *pb.CallKey) {
 	mk := linearize.Key(k)
 	req := op.beginRequest(k, "")
 	req.BeginId = randid.New(16)
 	op.mu.Lock()
 	op.named[mk] = req.BeginId
 	op.mu.Unlock()
-	p, begun, err := op.rec.Start(ctx, cl, req, func(p *pb.BeginResponse) { op.beside(ctx, r, k, req.BeginId, p) })
+	p, begun, err := op.rec.Start(ctx, cl, req, func(p *pb.BeginResponse) { op.beside(ctx, r, cur, k, req.BeginId, p) })
 	if p == nil {
 		if linearize.BeginOutcomeUnknown(err) {
 			op.abandon(ctx, r, k, req.BeginId)
@@ -49,20 +51,20 @@ func (op *operator) startCall(ctx context.Context, r *rand.Rand, cl pb.Coordinat
 // beside is what the operator does between a Start's placed message
 // and its Begun: nothing (a third of the time), one decision by
 // placement, an AbandonBegin and then a decision, or two decisions at
-// once through both coordinators.
-func (op *operator) beside(ctx context.Context, r *rand.Rand, k *pb.CallKey, beginID string, p *pb.BeginResponse) {
+// once through this tree's coordinators, cur (both, when both run it).
+func (op *operator) beside(ctx context.Context, r *rand.Rand, cur []pb.CoordinatorServiceClient, k *pb.CallKey, beginID string, p *pb.BeginResponse) {
 	ref := &pb.CallRef{CallId: p.GetCallId(), Worker: p.GetWorker(), Placement: p.GetPlacement()}
 	switch x := r.IntN(6); {
 	case x < 2:
 	case x < 4:
-		op.decide(ctx, op.clients[r.IntN(len(op.clients))], r.IntN(4), ref)
+		op.decide(ctx, cur[r.IntN(len(cur))], r.IntN(4), ref)
 	case x < 5:
 		op.clients[r.IntN(len(op.clients))].AbandonBegin(ctx, abandonRequest(k, beginID))
-		op.decide(ctx, op.clients[r.IntN(len(op.clients))], r.IntN(4), ref)
+		op.decide(ctx, cur[r.IntN(len(cur))], r.IntN(4), ref)
 	default:
 		var wg sync.WaitGroup
 		for i, kind := range []int{r.IntN(4), r.IntN(4)} {
-			wg.Go(func() { op.decide(ctx, op.clients[i%len(op.clients)], kind, ref) })
+			wg.Go(func() { op.decide(ctx, cur[i%len(cur)], kind, ref) })
 		}
 		wg.Wait()
 	}
@@ -81,6 +83,15 @@ func (op *operator) decide(ctx context.Context, cl pb.CoordinatorServiceClient, 
 	default:
 		cl.Cancel(ctx, &pb.CancelRequest{Target: &pb.CancelRequest_Call{Call: ref}, Initiator: pb.Initiator_INITIATOR_TIMEOUT})
 	}
+}
+
+// thisTree are the clients of coordinators idx.
+func (op *operator) thisTree(idx []int) []pb.CoordinatorServiceClient {
+	var out []pb.CoordinatorServiceClient
+	for _, i := range idx {
+		out = append(out, op.clients[i])
+	}
+	return out
 }
 
 // abandon abandons a Begin whose outcome is unknown, as a gateway

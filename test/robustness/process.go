@@ -15,10 +15,10 @@ import (
 // the same arguments (or new ones).
 type process struct {
 	name string
-	bin  string
 	dir  string // logs go to dir/name.log, appended across restarts
 
 	mu   sync.Mutex
+	bin  string
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -36,7 +36,7 @@ func (p *process) start() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "=== %s start %v\n", time.Now().Format(time.RFC3339Nano), p.args)
+	fmt.Fprintf(log, "=== %s start %s %v\n", time.Now().Format(time.RFC3339Nano), p.bin, p.args)
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	dieWithTest(cmd)
@@ -76,7 +76,9 @@ func (p *process) kill() {
 	<-done
 }
 
-// stop asks the process to end (SIGTERM), and kills it after grace.
+// stop asks the process to end (SIGTERM), and kills it after grace: with
+// SIGQUIT first, so that a Go process writes its goroutines to its log
+// and shows what held it up, then SIGKILL if it is not gone in 2 s.
 func (p *process) stop(grace time.Duration) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -91,8 +93,15 @@ func (p *process) stop(grace time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		cmd.Process.Kill()
-		<-done
+		cmd.Process.Signal(syscall.SIGQUIT)
+		quit := time.NewTimer(2 * time.Second)
+		defer quit.Stop()
+		select {
+		case <-done:
+		case <-quit.C:
+			cmd.Process.Kill()
+			<-done
+		}
 	}
 }
 
@@ -110,6 +119,20 @@ func (p *process) exited() bool {
 	default:
 		return false
 	}
+}
+
+// setBin makes the next start run bin: another release (upgrade.go).
+func (p *process) setBin(bin string) {
+	p.mu.Lock()
+	p.bin = bin
+	p.mu.Unlock()
+}
+
+// binary is what the next start runs.
+func (p *process) binary() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bin
 }
 
 func (p *process) setArgs(args ...string) {

@@ -18,11 +18,17 @@ type RunOptions struct {
 	Seed      int64  // the workload's
 	FaultSeed int64  // the fault schedule's
 	Bin       string // mcpcancel
-	EtcdBin   string // etcdmember
-	NodeDir   string // test/clients with node_modules; empty: Go clients only
-	Dir       string
-	Duration  time.Duration // least workload time
-	MaxTime   time.Duration // most workload time while the targets are unmet
+	// OldBin is the last release's mcpcancel, OldRelease its version, for
+	// the upgrade fault (upgrade.go); empty: no upgrade faults.
+	OldBin, OldRelease string
+	// UpgradeRoles are the roles the upgrade fault rolls back, in turn
+	// (RoleWorker, ...); nil: every role.
+	UpgradeRoles []string
+	EtcdBin      string // etcdmember
+	NodeDir      string // test/clients with node_modules; empty: Go clients only
+	Dir          string
+	Duration     time.Duration // least workload time
+	MaxTime      time.Duration // most workload time while the targets are unmet
 	// The run stops at Duration once every target is met.
 	MinCalls, MinCancels, MinFaults int
 	FaultGap                        time.Duration
@@ -60,6 +66,9 @@ type Summary struct {
 	// Linearizability is the model check of the operator's history.
 	Linearizability linSummary  `json:"linearizability"`
 	Tasks           taskSummary `json:"tasks"`
+	// Releases counts the upgrade faults and the calls settled across
+	// releases; absent when the last release could not be built.
+	Releases *mixedSummary `json:"releases,omitempty"`
 }
 
 type linSummary struct {
@@ -85,7 +94,7 @@ const (
 // Run starts a cluster, runs the workload under faults, settles, and
 // checks. It returns the summary, the violations and any harness error.
 func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
-	c, err := StartCluster(ctx, ClusterOptions{Bin: o.Bin, EtcdBin: o.EtcdBin, Dir: o.Dir,
+	c, err := StartCluster(ctx, ClusterOptions{Bin: o.Bin, EtcdBin: o.EtcdBin, OldBin: o.OldBin, Dir: o.Dir,
 		LeaseTTL: leaseTTL, Retention: retention, CallTimeout: callTimeout, Tokens: 200000})
 	if c != nil {
 		defer c.Close()
@@ -94,6 +103,9 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 		return nil, nil, fmt.Errorf("start cluster: %w", err)
 	}
 	o.Log("cluster up; seed %d", o.Seed)
+	if o.OldBin != "" {
+		o.Log("upgrade faults between this tree and %s (%s)", o.OldRelease, o.OldBin)
+	}
 
 	var co collector
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -114,7 +126,7 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 		return nil, nil, err
 	}
 	defer op.close()
-	in := newInjector(c, wl, &co, o.FaultSeed, o.Log)
+	in := newInjector(c, wl, &co, o.FaultSeed, upgrader{release: o.OldRelease, roles: o.UpgradeRoles}, o.Log)
 
 	start := time.Now()
 	wctx, stopWorkload := context.WithCancel(ctx)
@@ -171,6 +183,9 @@ func Run(ctx context.Context, o RunOptions) (*Summary, []Violation, error) {
 		CheckTime: lin.Took.String(), Result: string(lin.Result),
 		Starts: lin.Starts, StartsSettled: lin.StartsSettled, ByPlacement: lin.ByPlacement}
 	s.FaultSeed = o.FaultSeed
+	if o.OldBin != "" {
+		s.Releases = summarizeMixed(h, &c.rel, len(c.coords), o.OldRelease, s.FaultKinds)
+	}
 	s.WorkloadTime = elapsed.Round(time.Second).String()
 	var down time.Duration
 	for _, out := range h.EtcdOutages {

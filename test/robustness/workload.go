@@ -155,6 +155,7 @@ func (wl *Workload) goHTTPSession(ctx context.Context, r *rand.Rand) {
 func (wl *Workload) goStdioSession(ctx context.Context, r *rand.Rand) {
 	name := fmt.Sprintf("gs%d", wl.stdio.Add(1))
 	cmd := exec.Command(wl.c.opts.Bin, wl.c.StdioArgs(name)...)
+	wl.c.rel.set(name, false)
 	log, err := os.Create(filepath.Join(wl.c.opts.Dir, name+".log"))
 	if err != nil {
 		return

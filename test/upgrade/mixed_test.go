@@ -8,13 +8,13 @@ package upgrade
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +28,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
+	"github.com/mcpcancel/mcpcancel/internal/releasetest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 )
 
@@ -51,11 +52,7 @@ func TestMixedFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the last release")
 	}
-	root := repoRoot(t)
-	dir := t.TempDir()
-	old := buildRelease(t, root, dir)
-	cur := filepath.Join(dir, "mcpcancel-current")
-	build(t, root, cur)
+	old, cur := releases(t)
 	for _, tc := range []struct {
 		name            string
 		coords          []string // binaries of the coordinators; the worker attaches to the last
@@ -279,74 +276,31 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func repoRoot(t *testing.T) string {
+// releases builds this tree and the last release, skipping the test
+// where the repository's history cannot give the release.
+func releases(t *testing.T) (old, cur string) {
 	t.Helper()
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		t.Skipf("not in a git checkout: %v", err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func build(t *testing.T, dir, out string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/mcpcancel")
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build in %s: %v\n%s", dir, err, b)
-	}
-}
-
-// lastRelease is the newest release CHANGELOG.md records, and its commit.
-func lastRelease(t *testing.T, root string) (version, commit string) {
-	t.Helper()
-	f, err := os.Open(filepath.Join(root, "CHANGELOG.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	heading := regexp.MustCompile(`^## \[(\d+\.\d+\.\d+)\]`)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if m := heading.FindStringSubmatch(sc.Text()); m != nil {
-			version = m[1]
+	root, err := releasetest.Root(".")
+	if err == nil {
+		var r releasetest.Release
+		if r, err = releasetest.Last(root); err != nil {
+			t.Fatal(err)
 		}
-		if c, ok := strings.CutPrefix(sc.Text(), "Commit: "); ok && version != "" {
-			return version, strings.TrimSpace(c)
+		var built bool
+		old, built, err = releasetest.BuildRelease(root, r, t.TempDir())
+		if built {
+			t.Logf("built %v", r)
 		}
 	}
-	t.Fatal("CHANGELOG.md records no release with its commit")
-	return "", ""
-}
-
-// buildRelease builds the last release from the repository's history, at
-// its commit, once per machine (the binary is cached by commit).
-func buildRelease(t *testing.T, root, dir string) string {
-	t.Helper()
-	version, commit := lastRelease(t, root)
-	cache, err := os.UserCacheDir()
+	if errors.Is(err, releasetest.ErrNoHistory) {
+		t.Skip(err)
+	}
 	if err != nil {
-		cache = dir
-	}
-	bin := filepath.Join(cache, "mcpcancel-upgrade-test", "mcpcancel-"+commit)
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	src := filepath.Join(dir, "v"+version)
-	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, src)
-	if b, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("extracting v%s (%s): %v\n%s", version, commit, err, b)
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+	cur = filepath.Join(t.TempDir(), "mcpcancel-current")
+	if err := releasetest.Build(root, cur); err != nil {
 		t.Fatal(err)
 	}
-	build(t, src, bin+".tmp")
-	if err := os.Rename(bin+".tmp", bin); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built v%s from %s", version, commit[:12])
-	return bin
+	return old, cur
 }
