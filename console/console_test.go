@@ -242,16 +242,26 @@ func TestCallsShowLastProgress(t *testing.T) {
 		}()
 	}
 	defer func() { cancel(); <-calls; <-calls }()
-	stepping := regexp.MustCompile(`<tr id="call-([0-9a-f]{32})"[^>]*>(?s:.*?)<td class="progress" data-progress-at="[0-9]+"[^>]*>[0-9]+/600 slept step [0-9]+ of 600 · <span class="ago">`)
-	var page string
+	progressCell := regexp.MustCompile(`<td class="progress" data-progress-at="[0-9]+"[^>]*>[0-9]+/600 slept step [0-9]+ of 600 · <span class="ago">`)
+	// stepping is the id of the row, within its own <tr>, that shows the
+	// stepping sleep's progress; "" if none does.
+	stepping := func(html string) string {
+		for _, row := range strings.Split(html, `<tr id="call-`)[1:] {
+			if row, _, _ = strings.Cut(row, "</tr>"); len(row) > 32 && progressCell.MatchString(row) {
+				return row[:32]
+			}
+		}
+		return ""
+	}
+	var page, id string
 	testcluster.WaitFor(t, "the stepping sleep's progress on the calls page", func() bool {
 		_, page = get(t, s.console+"/")
-		return stepping.MatchString(page)
+		id = stepping(page)
+		return id != ""
 	})
 	if n := strings.Count(page, `<td class="progress none"`); n != 1 {
 		t.Errorf("calls page has %d rows without progress, want 1 (the sleep of one step):\n%s", n, page)
 	}
-	id := stepping.FindStringSubmatch(page)[1]
 	if code, body := get(t, s.console+"/calls/"+id[:8]); code != http.StatusOK || !regexp.MustCompile(`last progress</td><td>[^<]+</td><td>[0-9]+/600 slept step [0-9]+ of 600 \(as of`).MatchString(body) {
 		t.Errorf("call page of %s: %d, want its last progress as a timeline step:\n%s", id[:8], code, body)
 	}
@@ -275,7 +285,7 @@ func TestCallsShowLastProgress(t *testing.T) {
 		if err := json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "data: ")), &row); err != nil {
 			t.Fatalf("call-progress %q: %v", sc.Text(), err)
 		}
-		if row.ID != id || !stepping.MatchString(row.HTML) {
+		if row.ID != id || stepping(row.HTML) != id {
 			t.Errorf("call-progress %s, want the stepping sleep %s's row with its progress", sc.Text(), id)
 		}
 		return
