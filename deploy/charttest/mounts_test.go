@@ -17,6 +17,7 @@ var fileFlags = map[string]bool{
 	"tokens-file": true, "jwks-file": true, "auth-policy": true, "state-key-file": true,
 	"etcd-cert": true, "etcd-key": true, "etcd-ca": true, "etcd-password-file": true,
 	"upstream-config": true, "upstream-header-file": true, "upstream-client-secret-file": true,
+	"config": true,
 }
 
 // fileArg is a file a container is told to read: by a flag, or by the
