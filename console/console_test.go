@@ -187,7 +187,26 @@ func TestEventsSendStats(t *testing.T) {
 		_, body := get(t, s.console+"/")
 		return strings.Count(body, `data-outcome="completed"`) == 2
 	})
-	req, err := http.NewRequestWithContext(t.Context(), "GET", s.console+"/events", nil)
+	data := firstEvent(t, s.console, "stats")
+	var st struct {
+		Outcomes, Initiators map[string][]int
+		Workers              []struct{ Name string }
+		Duration             struct{ Counts []int }
+	}
+	if err := json.Unmarshal([]byte(data), &st); err != nil {
+		t.Fatalf("stats %q: %v", data, err)
+	}
+	if total(st.Outcomes["completed"]) != 2 || total(st.Initiators["none"]) != 2 || total(st.Duration.Counts) != 2 ||
+		len(st.Workers) != 1 || st.Workers[0].Name != "w1" {
+		t.Errorf("stats %s, want two completed calls, their durations, and worker w1", data)
+	}
+}
+
+// firstEvent reads the console's live feed until its first event named
+// name, and returns that event's data.
+func firstEvent(t *testing.T, console, name string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", console+"/events", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,24 +218,12 @@ func TestEventsSendStats(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if sc.Text() != "event: stats" || !sc.Scan() {
-			continue
+		if sc.Text() == "event: "+name && sc.Scan() {
+			return strings.TrimPrefix(sc.Text(), "data: ")
 		}
-		var st struct {
-			Outcomes, Initiators map[string][]int
-			Workers              []struct{ Name string }
-			Duration             struct{ Counts []int }
-		}
-		if err := json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "data: ")), &st); err != nil {
-			t.Fatalf("stats %q: %v", sc.Text(), err)
-		}
-		if total(st.Outcomes["completed"]) != 2 || total(st.Initiators["none"]) != 2 || total(st.Duration.Counts) != 2 ||
-			len(st.Workers) != 1 || st.Workers[0].Name != "w1" {
-			t.Errorf("stats %s, want two completed calls, their durations, and worker w1", sc.Text())
-		}
-		return
 	}
-	t.Fatalf("the event stream ended without stats: %v", sc.Err())
+	t.Fatalf("the event stream ended without %s: %v", name, sc.Err())
+	return ""
 }
 
 func total(xs []int) int {
@@ -266,29 +273,12 @@ func TestCallsShowLastProgress(t *testing.T) {
 		t.Errorf("call page of %s: %d, want its last progress as a timeline step:\n%s", id[:8], code, body)
 	}
 
-	req, err := http.NewRequestWithContext(t.Context(), "GET", s.console+"/events", nil)
-	if err != nil {
-		t.Fatal(err)
+	data := firstEvent(t, s.console, "call-progress")
+	var row struct{ ID, HTML string }
+	if err := json.Unmarshal([]byte(data), &row); err != nil {
+		t.Fatalf("call-progress %q: %v", data, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if row.ID != id || stepping(row.HTML) != id {
+		t.Errorf("call-progress %s, want the stepping sleep %s's row with its progress", data, id)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if sc.Text() != "event: call-progress" || !sc.Scan() {
-			continue
-		}
-		var row struct{ ID, HTML string }
-		if err := json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "data: ")), &row); err != nil {
-			t.Fatalf("call-progress %q: %v", sc.Text(), err)
-		}
-		if row.ID != id || stepping(row.HTML) != id {
-			t.Errorf("call-progress %s, want the stepping sleep %s's row with its progress", sc.Text(), id)
-		}
-		return
-	}
-	t.Fatalf("the event stream ended without call-progress: %v", sc.Err())
 }
