@@ -125,6 +125,11 @@ func (c *call) awaitRecord(st *started, begun *pb.BeginResponse) {
 	defer st.cancel()
 	msg, err := st.stream.Recv()
 	if err == nil && msg.GetBegun() != nil {
+		if fence := msg.GetBegun().GetFence(); fence > 0 {
+			c.mu.Lock()
+			c.fence, c.placement = fence, nil
+			c.mu.Unlock()
+		}
 		c.recorded()
 		return
 	}
@@ -215,13 +220,21 @@ func (c *call) stopped(msg []byte) {
 func (c *call) fail(begun *pb.BeginResponse, who pb.Initiator, reason string) (*pb.FailResponse, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(c.s.g.base)), cancelTimeout)
 	defer cancel()
-	return c.s.g.coord.Fail(ctx, &pb.FailRequest{Call: callRef(begun), Initiator: who, Reason: reason})
+	return c.s.g.coord.Fail(ctx, &pb.FailRequest{Call: c.ref(begun), Initiator: who, Reason: reason})
 }
 
-// callRef names the call to the coordinator: by its fence, or by its
+// ref names the call begun to the coordinator: by its fence, or by its
 // placement while the fence is not known.
-func callRef(begun *pb.BeginResponse) *pb.CallRef {
-	return &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker(), Placement: begun.GetPlacement()}
+func (c *call) ref(begun *pb.BeginResponse) *pb.CallRef {
+	r := &pb.CallRef{CallId: begun.GetCallId(), Fence: begun.GetFence(), Worker: begun.GetWorker()}
+	if r.Fence == 0 {
+		c.mu.Lock()
+		if c.begun == nil || c.begun.GetCallId() == r.CallId {
+			r.Fence, r.Placement = c.fence, c.placement
+		}
+		c.mu.Unlock()
+	}
+	return r
 }
 
 // hold keeps what a call would show its client until its record is

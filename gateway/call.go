@@ -41,10 +41,16 @@ type call struct {
 	hold hold // what waits for the call's record (beside.go)
 
 	mu       sync.Mutex
-	begun    *pb.BeginResponse // nil until placed, and while placed again
+	begun    *pb.BeginResponse // nil until placed, and while placed again; its placement is moved to placement
 	timeout  time.Duration     // as granted by the coordinator, for the timeout's message
 	stopExec context.CancelFunc
 	retried  bool // the call was placed once more after its worker was lost
+	// placement is the call as its coordinator placed it beside its work,
+	// until Begun says its record is durable and gives fence instead:
+	// decisions then name the record, and the placement (about 500
+	// bytes) does not stay for the call's life. Read through ref.
+	placement []byte
+	fence     int64
 
 	toward toward // requests toward the client (outbound.go)
 }
@@ -104,6 +110,7 @@ func (c *call) run(p *routed) {
 	// The coordinator may grant less time than asked (it caps deadlines).
 	timeout := begun.GetTimeout().AsDuration()
 	c.mu.Lock()
+	c.placement, c.fence, begun.Placement = begun.GetPlacement(), 0, nil // shared from here on: read through ref
 	c.begun = begun
 	c.timeout = timeout
 	c.mu.Unlock()
@@ -162,7 +169,7 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 		return nil
 	}
 	c.mu.Lock()
-	c.retried, c.begun, c.stopExec = true, nil, nil
+	c.retried, c.begun, c.stopExec, c.placement, c.fence = true, nil, nil, nil, 0
 	c.mu.Unlock()
 	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
@@ -291,8 +298,9 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 	// gone silent never completes its handshake, and Execute waits for it.
 	heard, endWatch := c.watchQuiet(begun, stop)
 	defer endWatch()
+	ref := c.ref(begun)
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
-		CallId: begun.GetCallId(), Fence: begun.GetFence(), Placement: begun.GetPlacement(), Tool: p.target, ArgumentsJson: p.arguments,
+		CallId: ref.GetCallId(), Fence: ref.GetFence(), Placement: ref.GetPlacement(), Tool: p.target, ArgumentsJson: p.arguments,
 		Method: p.beginMethod(), ParamsJson: p.params,
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
@@ -302,6 +310,11 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 	if err != nil {
 		return c.lost(begun, err)
 	}
+	// Until it hears the worker's headers (sent as it takes the call),
+	// gRPC keeps the request for a retry: the call's arguments and
+	// placement, for as long as the call runs quietly. An error here is
+	// the stream's, which Recv returns.
+	stream.Header()
 	for {
 		ev, err := stream.Recv()
 		heard()

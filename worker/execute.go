@@ -88,11 +88,11 @@ func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		return err
 	}
 	defer w.untrack(e)
-	if e.task {
-		// The task is this worker's now, and outlives the stream: the
-		// gateway answers CreateTaskResult once it hears so (the headers).
-		stream.SendHeader(nil)
-	}
+	// The call is this worker's now: the headers say so. A task outlives
+	// the stream, and its gateway answers CreateTaskResult once it hears
+	// them; any other call's gateway lets go of its request then (gRPC
+	// keeps a sent request for a retry until it hears from the server).
+	stream.SendHeader(nil)
 	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
 		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
 		session: req.GetSession(), logLevel: req.GetLogLevel()}
