@@ -206,12 +206,20 @@ func (c *call) clientRequestEnded(callID string, e *pb.ClientRequestEnd) {
 	c.toward.note(e.GetSeq(), "", "answered")
 }
 
+// cancelAtClient withdraws a request toward the client. A client that
+// cancelled the call stopped reading its stream (an HTTP client closes
+// it), so the withdrawal goes on the session's own stream if it has one;
+// otherwise, and while the call runs, on the call's stream.
 func (c *call) cancelAtClient(o *outReq, reason string) {
 	params := map[string]any{"requestId": o.id}
 	if reason != "" {
 		params["reason"] = reason
 	}
-	c.reply.send(jsonrpc.Notification("notifications/cancelled", params))
+	msg := jsonrpc.Notification("notifications/cancelled", params)
+	if c.gate.clientAsked() && c.s.notify(msg) {
+		return
+	}
+	c.reply.send(msg)
 }
 
 // endChildren cancels at the client every request of the call still
