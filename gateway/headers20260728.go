@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // checkHeaders validates the headers a 2026-07-28 POST mirrors from its
@@ -40,14 +40,13 @@ func (g *Gateway) checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Err
 }
 
 func mismatch(format string, args ...any) *jsonrpc.Error {
-	return jsonrpc.Errorf(jsonrpc.CodeHeaderMismatch, "Header mismatch: "+format, args...)
+	return jsonrpc.Errorf(mcpspec.CodeHeaderMismatch, "Header mismatch: "+format, args...)
 }
 
-// checkName checks Mcp-Name against params.name (tools/call, prompts/get)
-// or params.uri (resources/read).
+// checkName checks Mcp-Name against the param it mirrors (params.name of
+// tools/call, for one: mcpspec.NameParam).
 func checkName(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
-	field := map[string]string{"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
-		"tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}[m.Method]
+	field := mcpspec.NameParam(m.Method)
 	if field == "" {
 		return nil
 	}
@@ -61,32 +60,11 @@ func checkName(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
 	if len(hv) == 0 {
 		return mismatch("%s header is required for %s", hdrName, m.Method)
 	}
-	got, ok := decodeHeaderValue(hv[0])
+	got, ok := mcpspec.DecodeHeaderValue(hv[0])
 	if len(hv) > 1 || !ok || got != body {
 		return mismatch("%s header does not match params.%s %q", hdrName, field, body)
 	}
 	return nil
-}
-
-// decodeHeaderValue undoes the =?base64?...?= sentinel encoding. A value
-// with characters a header may not carry, or a sentinel whose Base64 is
-// not valid (padding included), is not ok.
-func decodeHeaderValue(v string) (string, bool) {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 || c > 0x7e) && c != '\t' {
-			return "", false
-		}
-	}
-	inner, ok := strings.CutPrefix(v, "=?base64?")
-	if !ok {
-		return v, true
-	}
-	inner, ok = strings.CutSuffix(inner, "?=")
-	if !ok {
-		return v, true // no sentinel: a literal value
-	}
-	b, err := base64.StdEncoding.Strict().DecodeString(inner)
-	return string(b), err == nil
 }
 
 // headerParam is a tool argument its schema mirrors into a header.
@@ -163,7 +141,7 @@ func checkParam(r *http.Request, hp headerParam, body json.RawMessage) *jsonrpc.
 	case len(hv) == 0:
 		return mismatch("%s header is required: the argument %s is set", name, strings.Join(hp.path, "."))
 	}
-	got, ok := decodeHeaderValue(hv[0])
+	got, ok := mcpspec.DecodeHeaderValue(hv[0])
 	if len(hv) > 1 || !ok || !paramEqual(got, body) {
 		return mismatch("%s header does not match the argument %s", name, strings.Join(hp.path, "."))
 	}
