@@ -1,6 +1,8 @@
 package mcpspec
 
 import (
+	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 )
@@ -56,4 +58,62 @@ func FuzzDecodeHeaderValue(f *testing.F) {
 			t.Fatalf("%q decoded as %q, %v", v, got, ok)
 		}
 	})
+}
+
+// Annotations reachable through properties keys are found, nested ones
+// with their whole path; one under items or anyOf is not.
+func TestParamHeaders(t *testing.T) {
+	schema := `{"type":"object","properties":{
+		"region":{"type":"string","x-mcp-header":"Region"},
+		"opts":{"type":"object","properties":{"verbose":{"type":"boolean","x-mcp-header":"Verbose"}}},
+		"list":{"type":"array","items":{"type":"object","properties":{"x":{"x-mcp-header":"X"}}}},
+		"either":{"anyOf":[{"x-mcp-header":"Either"}]},
+		"plain":{"type":"number"}}}`
+	got := map[string]string{}
+	for _, p := range ParamHeaders(json.RawMessage(schema)) {
+		got[p.Name] = strings.Join(p.Path, ".")
+	}
+	want := map[string]string{"Region": "region", "Verbose": "opts.verbose"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("ParamHeaders = %v, want %v", got, want)
+	}
+	if ParamHeaders(json.RawMessage(`not json`)) != nil {
+		t.Fatal("a schema that is not JSON has headers")
+	}
+}
+
+func TestParamHeaderArgument(t *testing.T) {
+	args := json.RawMessage(`{"region":"eu","opts":{"verbose":true,"none":null},"n":3}`)
+	for path, want := range map[string]string{
+		"region": `"eu"`, "opts.verbose": `true`, "n": `3`,
+		"opts.none": "", "missing": "", "region.deeper": "", "opts.verbose.x": "",
+	} {
+		if got := (ParamHeader{Path: strings.Split(path, ".")}).Argument(args); string(got) != want {
+			t.Errorf("Argument at %s = %s, want %s", path, got, want)
+		}
+	}
+}
+
+func TestParamMatches(t *testing.T) {
+	for _, tc := range []struct {
+		header, arg string
+		want        bool
+	}{
+		{"eu", `"eu"`, true},
+		{"EU", `"eu"`, false},
+		{"true", `true`, true},
+		{"True", `true`, false},
+		{"3", `3`, true},
+		{"3.0", `3`, true},
+		{"1e3", `1000`, true},
+		{"4", `3`, false},
+		{"NaN", `3`, false},
+		{`{"a":1}`, `{"a":1}`, false}, // never mirrored
+		{"[1]", `[1]`, false},
+		{"x", `not json`, false},
+	} {
+		if got := ParamMatches(tc.header, json.RawMessage(tc.arg)); got != tc.want {
+			t.Errorf("ParamMatches(%q, %s) = %v, want %v", tc.header, tc.arg, got, tc.want)
+		}
+	}
 }
