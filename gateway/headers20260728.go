@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"encoding/base64"
 	"encoding/json"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // checkHeaders validates the headers a 2026-07-28 POST mirrors from its
@@ -40,14 +38,13 @@ func (g *Gateway) checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Err
 }
 
 func mismatch(format string, args ...any) *jsonrpc.Error {
-	return jsonrpc.Errorf(jsonrpc.CodeHeaderMismatch, "Header mismatch: "+format, args...)
+	return jsonrpc.Errorf(mcpspec.CodeHeaderMismatch, "Header mismatch: "+format, args...)
 }
 
-// checkName checks Mcp-Name against params.name (tools/call, prompts/get)
-// or params.uri (resources/read).
+// checkName checks Mcp-Name against the param it mirrors (params.name of
+// tools/call, for one: mcpspec.NameParam).
 func checkName(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
-	field := map[string]string{"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
-		"tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}[m.Method]
+	field := mcpspec.NameParam(m.Method)
 	if field == "" {
 		return nil
 	}
@@ -61,60 +58,11 @@ func checkName(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
 	if len(hv) == 0 {
 		return mismatch("%s header is required for %s", hdrName, m.Method)
 	}
-	got, ok := decodeHeaderValue(hv[0])
+	got, ok := mcpspec.DecodeHeaderValue(hv[0])
 	if len(hv) > 1 || !ok || got != body {
 		return mismatch("%s header does not match params.%s %q", hdrName, field, body)
 	}
 	return nil
-}
-
-// decodeHeaderValue undoes the =?base64?...?= sentinel encoding. A value
-// with characters a header may not carry, or a sentinel whose Base64 is
-// not valid (padding included), is not ok.
-func decodeHeaderValue(v string) (string, bool) {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 || c > 0x7e) && c != '\t' {
-			return "", false
-		}
-	}
-	inner, ok := strings.CutPrefix(v, "=?base64?")
-	if !ok {
-		return v, true
-	}
-	inner, ok = strings.CutSuffix(inner, "?=")
-	if !ok {
-		return v, true // no sentinel: a literal value
-	}
-	b, err := base64.StdEncoding.Strict().DecodeString(inner)
-	return string(b), err == nil
-}
-
-// headerParam is a tool argument its schema mirrors into a header.
-type headerParam struct {
-	path   []string // the chain of properties keys from the schema root
-	header string   // Mcp-Param-<header>
-}
-
-// headerParams finds the x-mcp-header annotations statically reachable
-// from a schema's root through properties keys only.
-func headerParams(schema json.RawMessage, path []string, out []headerParam) []headerParam {
-	var s struct {
-		Properties map[string]json.RawMessage `json:"properties"`
-	}
-	if json.Unmarshal(schema, &s) != nil {
-		return out
-	}
-	for name, sub := range s.Properties {
-		p := append(append([]string(nil), path...), name)
-		var ann struct {
-			Header string `json:"x-mcp-header"`
-		}
-		if json.Unmarshal(sub, &ann) == nil && ann.Header != "" {
-			out = append(out, headerParam{path: p, header: ann.Header})
-		}
-		out = headerParams(sub, p, out)
-	}
-	return out
 }
 
 // checkParamHeaders checks the Mcp-Param-* headers of a tools/call
@@ -124,66 +72,30 @@ func (g *Gateway) checkParamHeaders(r *http.Request, p *inParams) *jsonrpc.Error
 	if t == nil {
 		return nil
 	}
-	for _, hp := range headerParams(t.GetInputSchemaJson(), nil, nil) {
-		if e := checkParam(r, hp, valueAt(p.Arguments, hp.path)); e != nil {
+	for _, hp := range mcpspec.ParamHeaders(t.GetInputSchemaJson()) {
+		if e := checkParam(r, hp, hp.Argument(p.Arguments)); e != nil {
 			return e
 		}
 	}
 	return nil
 }
 
-// valueAt returns the JSON value at path in args; nil if absent or null.
-func valueAt(args json.RawMessage, path []string) json.RawMessage {
-	v := args
-	for _, key := range path {
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(v, &obj) != nil {
-			return nil
-		}
-		if v = obj[key]; v == nil {
-			return nil
-		}
-	}
-	if string(v) == "null" {
-		return nil
-	}
-	return v
-}
-
 // checkParam checks one Mcp-Param header: present exactly when the
 // argument is, and equal to it once decoded (integers numerically).
-func checkParam(r *http.Request, hp headerParam, body json.RawMessage) *jsonrpc.Error {
-	name := "Mcp-Param-" + hp.header
+func checkParam(r *http.Request, hp mcpspec.ParamHeader, body json.RawMessage) *jsonrpc.Error {
+	name := mcpspec.HeaderParamPrefix + hp.Name
 	hv := r.Header.Values(name)
 	switch {
 	case body == nil && len(hv) == 0:
 		return nil
 	case body == nil:
-		return mismatch("%s header given but the argument %s is absent", name, strings.Join(hp.path, "."))
+		return mismatch("%s header given but the argument %s is absent", name, strings.Join(hp.Path, "."))
 	case len(hv) == 0:
-		return mismatch("%s header is required: the argument %s is set", name, strings.Join(hp.path, "."))
+		return mismatch("%s header is required: the argument %s is set", name, strings.Join(hp.Path, "."))
 	}
-	got, ok := decodeHeaderValue(hv[0])
-	if len(hv) > 1 || !ok || !paramEqual(got, body) {
-		return mismatch("%s header does not match the argument %s", name, strings.Join(hp.path, "."))
+	got, ok := mcpspec.DecodeHeaderValue(hv[0])
+	if len(hv) > 1 || !ok || !mcpspec.ParamMatches(got, body) {
+		return mismatch("%s header does not match the argument %s", name, strings.Join(hp.Path, "."))
 	}
 	return nil
-}
-
-// paramEqual compares a decoded header value with the argument's JSON.
-func paramEqual(header string, body json.RawMessage) bool {
-	var v any
-	if json.Unmarshal(body, &v) != nil {
-		return false
-	}
-	switch b := v.(type) {
-	case string:
-		return header == b
-	case bool:
-		return header == strconv.FormatBool(b)
-	case float64:
-		n, err := strconv.ParseFloat(header, 64)
-		return err == nil && !math.IsNaN(n) && n == b
-	}
-	return false // objects and arrays are never mirrored
 }

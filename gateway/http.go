@@ -13,14 +13,15 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // HTTP header names.
 const (
-	hdrSession = "Mcp-Session-Id"
-	hdrVersion = "Mcp-Protocol-Version"
-	hdrMethod  = "Mcp-Method"
-	hdrName    = "Mcp-Name"
+	hdrSession = mcpspec.HeaderSessionID
+	hdrVersion = mcpspec.HeaderProtocolVersion
+	hdrMethod  = mcpspec.HeaderMethod
+	hdrName    = mcpspec.HeaderName
 	// HeaderScope names the scope a response's call runs in, so a client
 	// can look its calls up in the audit.
 	HeaderScope = client.HeaderScope
@@ -125,7 +126,7 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal s
 
 func unsupportedVersion(v string) *jsonrpc.Error {
 	data, _ := json.Marshal(map[string]any{"supported": SupportedVersions, "requested": v})
-	return &jsonrpc.Error{Code: jsonrpc.CodeUnsupportedVersion, Message: "Unsupported protocol version", Data: data}
+	return &jsonrpc.Error{Code: mcpspec.CodeUnsupportedProtocolVersion, Message: "Unsupported protocol version", Data: data}
 }
 
 func writeErrorResponse(w http.ResponseWriter, code int, id jsonrpc.ID, hasID bool, e *jsonrpc.Error) {

@@ -7,6 +7,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
@@ -14,7 +15,7 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 	id := randid.New(24)
 	s := newSession(h.g, client.SessionScope+id, principal)
 	_, err := h.g.coord.OpenSession(r.Context(), &pb.OpenSessionRequest{Session: &pb.Session{
-		SessionId: id, Principal: principal, ProtocolVersion: latest2025, Gateway: h.g.opts.Name,
+		SessionId: id, Principal: principal, ProtocolVersion: mcpspec.Version20251125, Gateway: h.g.opts.Name,
 		ClientCapabilitiesJson: initializeCapabilities(m.Params),
 	}})
 	if err != nil {

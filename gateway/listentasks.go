@@ -10,6 +10,7 @@ import (
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/backoff"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // notifications/tasks on 2026-07-28 listens (the tasks extension). A
@@ -28,7 +29,7 @@ func listenTasksAllowed(lr *listenRequest, params *inParams) *jsonrpc.Error {
 		return nil
 	}
 	data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
-	return &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability: taskIds on subscriptions/listen need the " + extTasks + " extension", Data: data}
+	return &jsonrpc.Error{Code: mcpspec.CodeMissingRequiredClientCapability, Message: "Missing required client capability: taskIds on subscriptions/listen need the " + extTasks + " extension", Data: data}
 }
 
 // knownTasks are the ids among ids that name the principal's tasks.

@@ -7,22 +7,14 @@ import (
 	"strconv"
 
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
-// Protocol versions this gateway speaks, newest first.
-const (
-	Version20260728 = "2026-07-28"
-	latest2025      = "2025-11-25"
-)
+// Version20260728 is the stateless revision this gateway speaks.
+const Version20260728 = mcpspec.Version20260728
 
-// versions2025 are the initialize-based revisions we negotiate.
-var versions2025 = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
-
-// SupportedVersions lists every protocol version served.
-var SupportedVersions = append([]string{Version20260728}, versions2025...)
-
-// metaVersion is the _meta key of a 2026-07-28 request's version.
-const metaVersion = "io.modelcontextprotocol/protocolVersion"
+// SupportedVersions lists every protocol version served, newest first.
+var SupportedVersions = mcpspec.Versions
 
 const instructions = "Tools run on a worker fleet behind mcpcancel; cancelling a call stops it on its worker."
 
@@ -32,7 +24,7 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 	ctx, reply, end := s.observe(ctx, m, reply) // span and duration: trace.go
 	defer end()
 	params := paramsOf(m)
-	if m.Method == "server/discover" || params.version() == Version20260728 {
+	if m.Method == "server/discover" || mcpspec.Stateless(params.version()) {
 		s.mu.Lock()
 		s.rev2026 = true // this client speaks 2026-07-28
 		s.mu.Unlock()
@@ -77,15 +69,11 @@ func complete(method string, result any) any {
 		m = map[string]any{}
 	}
 	m["resultType"] = "complete"
-	if slices.Contains(cacheable, method) {
+	if mcpspec.Cacheable(method) {
 		m["ttlMs"], m["cacheScope"] = 0, "private"
 	}
 	return m
 }
-
-// cacheable are the methods whose 2026-07-28 results carry caching hints.
-// What workers offer comes and goes, so the hints say not to cache.
-var cacheable = []string{"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "server/discover"}
 
 // completeRaw adds resultType to a raw result object from a worker, and
 // the caching hints of a cacheable method.
@@ -95,7 +83,7 @@ func completeRaw(method string, raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	m["resultType"] = json.RawMessage(`"complete"`)
-	if slices.Contains(cacheable, method) {
+	if mcpspec.Cacheable(method) {
 		m["ttlMs"], m["cacheScope"] = json.RawMessage(`0`), json.RawMessage(`"private"`)
 	}
 	b, err := json.Marshal(m)
@@ -139,10 +127,7 @@ func (s *session) initialize(ctx context.Context, raw json.RawMessage) (any, *js
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid initialize params: %v", err)
 	}
-	v := latest2025
-	if slices.Contains(versions2025, p.ProtocolVersion) {
-		v = p.ProtocolVersion
-	}
+	v := mcpspec.Negotiate(p.ProtocolVersion)
 	s.mu.Lock()
 	s.version = v
 	s.clientCaps = p.Capabilities
@@ -170,11 +155,9 @@ func (s *session) discover(ctx context.Context) any {
 		"supportedVersions": SupportedVersions,
 		"capabilities":      withTaskExtension(s.g.capabilities(ctx)),
 		"instructions":      instr,
-		"_meta":             map[string]any{"io.modelcontextprotocol/serverInfo": info},
+		"_meta":             map[string]any{mcpspec.MetaServerInfo: info},
 	}
 }
-
-var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
 
 // logs says whether a message at level passes the level the client set
 // (everything passes until it sets one).
@@ -182,21 +165,15 @@ func (s *session) logs(level string) bool {
 	s.mu.Lock()
 	set := s.logLevel
 	s.mu.Unlock()
-	return set == "" && slices.Contains(logLevels, level) || levelPasses(level, set)
-}
-
-// levelPasses says whether level is at or above min; no min passes nothing.
-func levelPasses(level, min string) bool {
-	i, j := slices.Index(logLevels, level), slices.Index(logLevels, min)
-	return i >= 0 && j >= 0 && i >= j
+	return set == "" && slices.Contains(mcpspec.LogLevels, level) || mcpspec.LevelPasses(level, set)
 }
 
 func (s *session) setLevel(raw json.RawMessage) (any, *jsonrpc.Error) {
 	var p struct {
 		Level string `json:"level"`
 	}
-	if err := json.Unmarshal(raw, &p); err != nil || !slices.Contains(logLevels, p.Level) {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "level must be one of %v", logLevels)
+	if err := json.Unmarshal(raw, &p); err != nil || !slices.Contains(mcpspec.LogLevels, p.Level) {
+		return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "level must be one of %v", mcpspec.LogLevels)
 	}
 	s.mu.Lock()
 	s.logLevel = p.Level

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // What a call lets out through its gate: its one response, and progress
@@ -45,7 +45,7 @@ func (c *call) progress(p *pb.Progress) {
 // log relays a worker's log message while the call runs and the
 // session's level lets it through.
 func (c *call) log(l *pb.LogMessage) {
-	if c.rev2026 && !levelPasses(l.GetLevel(), c.logLevel) || !c.rev2026 && !c.s.logs(l.GetLevel()) {
+	if c.rev2026 && !mcpspec.LevelPasses(l.GetLevel(), c.logLevel) || !c.rev2026 && !c.s.logs(l.GetLevel()) {
 		return
 	}
 	params := map[string]any{"level": l.GetLevel(), "data": json.RawMessage(l.GetDataJson())}
@@ -104,7 +104,7 @@ func appendComplete(buf *bytes.Buffer, start int, method string) bool {
 	if obj[0] != '{' {
 		return true
 	}
-	cache := slices.Contains(cacheable, method)
+	cache := mcpspec.Cacheable(method)
 	if bytes.Contains(obj, []byte(`"resultType"`)) || cache && (bytes.Contains(obj, []byte(`"ttlMs"`)) || bytes.Contains(obj, []byte(`"cacheScope"`))) {
 		return false
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 	"github.com/mcpcancel/mcpcancel/internal/randid"
 )
 
@@ -17,25 +18,12 @@ import (
 // the _meta envelope every request carries, the methods that revision
 // removed, and the client capabilities a tool needs.
 
-// _meta keys of 2026-07-28 requests and notifications.
-const (
-	metaClientCaps     = "io.modelcontextprotocol/clientCapabilities"
-	metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
-)
-
-// codeMissingCapability is MissingRequiredClientCapabilityError.
-const codeMissingCapability = -32021
-
 // annotationRequires is the key, in a worker tool's annotations, of the
 // client capabilities (a ClientCapabilities object) the tool needs. The
 // gateway refuses a 2026-07-28 call of the tool from a client that did
 // not declare them, before any work starts, and never shows the key to
 // clients.
 const annotationRequires = "io.mcpcancel/requiredClientCapabilities"
-
-// removedMethods are the requests 2026-07-28 removed: a client speaking
-// it gets -32601 (404 over HTTP) for them.
-var removedMethods = []string{"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
 
 // envelope is the part of a request's _meta that 2026-07-28 defines.
 type envelope struct {
@@ -62,13 +50,13 @@ func envelopeOf(p *inParams) envelope {
 func (e envelope) check() *jsonrpc.Error {
 	switch {
 	case !e.hasMeta:
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: a 2026-07-28 request needs _meta with %s and %s", metaVersion, metaClientCaps)
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: a 2026-07-28 request needs _meta with %s and %s", mcpspec.MetaProtocolVersion, mcpspec.MetaClientCapabilities)
 	case e.version == "":
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta needs %s", metaVersion)
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta needs %s", mcpspec.MetaProtocolVersion)
 	case !e.hasCaps:
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta needs %s (an object)", metaClientCaps)
-	case e.logLevel != "" && !slices.Contains(logLevels, e.logLevel):
-		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta log level must be one of %v", logLevels)
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta needs %s (an object)", mcpspec.MetaClientCapabilities)
+	case e.logLevel != "" && !slices.Contains(mcpspec.LogLevels, e.logLevel):
+		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: _meta log level must be one of %v", mcpspec.LogLevels)
 	}
 	return nil
 }
@@ -82,7 +70,8 @@ func (s *session) precheck(ctx context.Context, m *jsonrpc.Message) (*jsonrpc.Er
 	if e := env.check(); e != nil {
 		return e, http.StatusBadRequest
 	}
-	if slices.Contains(removedMethods, m.Method) {
+	// A removed method is -32601, and 404 over HTTP.
+	if slices.Contains(mcpspec.RemovedIn20260728, m.Method) {
 		return jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s was removed in %s", m.Method, Version20260728), http.StatusNotFound
 	}
 	if m.Method == "tools/call" {
@@ -116,7 +105,7 @@ func (s *session) missingCapabilities(ctx context.Context, tool string, declared
 	slices.Sort(names)
 	data, _ := json.Marshal(map[string]any{"requiredCapabilities": missing})
 	return &jsonrpc.Error{
-		Code:    codeMissingCapability,
+		Code:    mcpspec.CodeMissingRequiredClientCapability,
 		Message: "Missing required client capability: tool " + tool + " needs " + strings.Join(names, ", "),
 		Data:    data,
 	}
@@ -201,7 +190,7 @@ func tagSubscription(msg []byte, id json.RawMessage) []byte {
 	if meta == nil {
 		meta = map[string]json.RawMessage{}
 	}
-	meta[metaSubscriptionID] = id
+	meta[mcpspec.MetaSubscriptionID] = id
 	params["_meta"] = rawJSON(meta)
 	m["params"] = rawJSON(params)
 	return rawJSON(m)
@@ -220,7 +209,7 @@ func rawJSON(v any) json.RawMessage {
 func listenResult(id jsonrpc.ID) map[string]any {
 	return map[string]any{
 		"resultType": "complete",
-		"_meta":      map[string]any{metaSubscriptionID: rawJSON(id)},
+		"_meta":      map[string]any{mcpspec.MetaSubscriptionID: rawJSON(id)},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // The one decode of a request's params reads the protocol version as
@@ -57,7 +58,7 @@ func metaOnlyVersion(params json.RawMessage) string {
 		return ""
 	}
 	var v string
-	json.Unmarshal(p.Meta[metaVersion], &v)
+	json.Unmarshal(p.Meta[mcpspec.MetaProtocolVersion], &v)
 	return v
 }
 

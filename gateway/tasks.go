@@ -16,6 +16,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // MCP tasks, in both wire forms, on the coordinator's one state machine:
@@ -40,10 +41,10 @@ import (
 // coordinator.
 
 // extTasks is the 2026-07-28 tasks extension's identifier.
-const extTasks = "io.modelcontextprotocol/tasks"
+const extTasks = mcpspec.ExtensionTasks
 
 // metaRelatedTask associates a message with its task (2025-11-25).
-const metaRelatedTask = "io.modelcontextprotocol/related-task"
+const metaRelatedTask = mcpspec.MetaRelatedTask
 
 // Task support of a tool (execution.taskSupport).
 const (
@@ -108,7 +109,7 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 		if support == taskRequired && !asTask {
 			data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, &jsonrpc.Error{
-				Code:    codeMissingCapability,
+				Code:    mcpspec.CodeMissingRequiredClientCapability,
 				Message: "Missing required client capability: tool " + p.target + " runs only as a task, which needs the " + extTasks + " extension",
 				Data:    data,
 			}))

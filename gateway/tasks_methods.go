@@ -9,6 +9,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // taskMethods are the tasks/* requests.
@@ -60,7 +61,7 @@ func (s *session) taskMethod2026(ctx context.Context, m *jsonrpc.Message, p task
 	}
 	if !optedIn2026(paramsOf(m)) {
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
-		return nil, &jsonrpc.Error{Code: codeMissingCapability, Message: "Missing required client capability: " + m.Method + " needs the " + extTasks + " extension", Data: data}
+		return nil, &jsonrpc.Error{Code: mcpspec.CodeMissingRequiredClientCapability, Message: "Missing required client capability: " + m.Method + " needs the " + extTasks + " extension", Data: data}
 	}
 	switch m.Method {
 	case "tasks/get":

@@ -8,11 +8,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
-// CodeURLElicitationRequired is 2025-11-25's URLElicitationRequiredError:
+// CodeURLElicitationRequired (-32042) is 2025-11-25's URLElicitationRequiredError:
 // the request cannot go on until the user completes URL elicitations.
-const CodeURLElicitationRequired = -32042
+const CodeURLElicitationRequired = mcpspec.CodeURLElicitationRequired
 
 // URLElicitationRequired is the error a handler returns when its request
 // cannot go on until the user completes the given URL mode elicitations

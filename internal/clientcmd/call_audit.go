@@ -16,6 +16,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/cmdline"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // After a cancellation, call waits at most cancelDeliveryWait for the
@@ -26,9 +27,6 @@ const (
 	auditWait          = 2 * time.Second
 	auditPoll          = 20 * time.Millisecond
 )
-
-// headerSession carries a 2025-era session's id.
-const headerSession = "Mcp-Session-Id"
 
 // callTrace watches one call's MCP traffic for what the audit lookup needs:
 // the JSON-RPC id of the tools/call request, the scope the gateway ran it
@@ -115,13 +113,13 @@ func (r *traceRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	if err != nil {
 		return nil, err
 	}
-	session := req.Header.Get(headerSession)
+	session := req.Header.Get(mcpspec.HeaderSessionID)
 	if msg.Method == "tools/call" {
 		r.trace.sawCallSent(msg.ID, session)
 	}
 	resp, err := r.rt.RoundTrip(req)
 	if err == nil {
-		if s := resp.Header.Get(headerSession); s != "" {
+		if s := resp.Header.Get(mcpspec.HeaderSessionID); s != "" {
 			session = s // the answer to initialize
 		}
 		r.trace.sawResponse(msg.Method, session, resp.Header.Get(client.HeaderScope))

@@ -13,17 +13,13 @@ import (
 	"unicode/utf8"
 )
 
-// Standard and MCP error codes.
+// JSON-RPC's error codes. Those MCP defines are in internal/mcpspec.
 const (
 	CodeParseError     = -32700
 	CodeInvalidRequest = -32600
 	CodeMethodNotFound = -32601
 	CodeInvalidParams  = -32602
 	CodeInternalError  = -32603
-	// CodeHeaderMismatch: HTTP headers disagree with the body (2026-07-28).
-	CodeHeaderMismatch = -32020
-	// CodeUnsupportedVersion: the requested protocol version is not served.
-	CodeUnsupportedVersion = -32022
 )
 
 // MaxIDBytes bounds a string request id.

@@ -1,11 +1,3 @@
-// Package mcpspec holds the rules of the MCP specification that more than
-// one component applies, so each is written once: which client
-// capability a request toward the client needs, and whether a client
-// declared it.
-//
-//	if need, ok := mcpspec.Declared(clientCaps, "elicitation/create", params); !ok {
-//		return fmt.Errorf("the client did not declare %s", need)
-//	}
 package mcpspec
 
 import (
