@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpcancel/mcpcancel/gateway/auth"
 	"github.com/mcpcancel/mcpcancel/internal/authz"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // Whole HTTP requests against a gateway whose coordinator cannot be
@@ -63,7 +64,7 @@ func FuzzHTTPRequest(f *testing.F) {
 	f.Add(uint8(16), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, "sess", "2025-11-25", "", "application/json", "Bearer tok")
 	f.Fuzz(func(t *testing.T, which uint8, body, session, version, method, ctype, authz string) {
 		r := httptest.NewRequest(methods[int(which)%len(methods)], "/mcp", strings.NewReader(body))
-		for k, v := range map[string]string{hdrSession: session, hdrVersion: version, hdrMethod: method, "Content-Type": ctype, "Authorization": authz} {
+		for k, v := range map[string]string{mcpspec.HeaderSessionID: session, mcpspec.HeaderProtocolVersion: version, mcpspec.HeaderMethod: method, "Content-Type": ctype, "Authorization": authz} {
 			if v != "" && !strings.ContainsAny(v, "\r\n\x00") {
 				r.Header.Set(k, v)
 			}

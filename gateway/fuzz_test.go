@@ -36,18 +36,18 @@ func FuzzCheckHeaders(f *testing.F) {
 		}
 		r := httptest.NewRequest("POST", "/mcp", nil)
 		sent := map[string]string{}
-		for k, v := range map[string]string{hdrVersion: version, hdrMethod: method, hdrName: name} {
+		for k, v := range map[string]string{mcpspec.HeaderProtocolVersion: version, mcpspec.HeaderMethod: method, mcpspec.HeaderName: name} {
 			if v != "" && !strings.ContainsAny(v, "\r\n\x00") {
 				r.Header.Set(k, v)
 				sent[k] = v
 			}
 		}
 		bodyVersion, bodyName, named := mirroredFields(m)
-		want := sent[hdrVersion] != "" && (bodyVersion == "" || bodyVersion == sent[hdrVersion]) &&
-			sent[hdrMethod] == m.Method
+		want := sent[mcpspec.HeaderProtocolVersion] != "" && (bodyVersion == "" || bodyVersion == sent[mcpspec.HeaderProtocolVersion]) &&
+			sent[mcpspec.HeaderMethod] == m.Method
 		if named {
-			got, ok := mcpspec.DecodeHeaderValue(sent[hdrName])
-			want = want && sent[hdrName] != "" && ok && got == bodyName
+			got, ok := mcpspec.DecodeHeaderValue(sent[mcpspec.HeaderName])
+			want = want && sent[mcpspec.HeaderName] != "" && ok && got == bodyName
 		}
 		if err := g.checkHeaders(r, m); (err == nil) != want {
 			t.Fatalf("headers %q on %s: checkHeaders = %v, want pass %v", sent, body, err, want)
@@ -55,10 +55,10 @@ func FuzzCheckHeaders(f *testing.F) {
 
 		// The same body with headers that mirror it passes.
 		mr := httptest.NewRequest("POST", "/mcp", nil)
-		mr.Header.Set(hdrVersion, cmp.Or(bodyVersion, "2026-07-28"))
-		mr.Header.Set(hdrMethod, m.Method)
+		mr.Header.Set(mcpspec.HeaderProtocolVersion, cmp.Or(bodyVersion, "2026-07-28"))
+		mr.Header.Set(mcpspec.HeaderMethod, m.Method)
 		if named {
-			mr.Header.Set(hdrName, "=?base64?"+base64.StdEncoding.EncodeToString([]byte(bodyName))+"?=")
+			mr.Header.Set(mcpspec.HeaderName, "=?base64?"+base64.StdEncoding.EncodeToString([]byte(bodyName))+"?=")
 		}
 		if strings.ContainsAny(m.Method+bodyVersion, "\r\n\x00") || strings.IndexFunc(m.Method+bodyVersion, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) >= 0 {
 			return // not a value a header can carry as it is

@@ -15,18 +15,18 @@ import (
 // is, and match it. Intermediaries may route on them, so a request whose
 // headers say something else than its body is refused.
 func (g *Gateway) checkHeaders(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
-	v := r.Header.Get(hdrVersion)
+	v := r.Header.Get(mcpspec.HeaderProtocolVersion)
 	if v == "" {
-		return mismatch("%s header is required", hdrVersion)
+		return mismatch("%s header is required", mcpspec.HeaderProtocolVersion)
 	}
 	if mv := paramsOf(m).version(); mv != "" && mv != v {
-		return mismatch("%s header %q does not match _meta %q", hdrVersion, v, mv)
+		return mismatch("%s header %q does not match _meta %q", mcpspec.HeaderProtocolVersion, v, mv)
 	}
-	switch hm := r.Header.Values(hdrMethod); {
+	switch hm := r.Header.Values(mcpspec.HeaderMethod); {
 	case len(hm) == 0:
-		return mismatch("%s header is required", hdrMethod)
+		return mismatch("%s header is required", mcpspec.HeaderMethod)
 	case len(hm) > 1 || hm[0] != m.Method:
-		return mismatch("%s header %q does not match method %q", hdrMethod, strings.Join(hm, ", "), m.Method)
+		return mismatch("%s header %q does not match method %q", mcpspec.HeaderMethod, strings.Join(hm, ", "), m.Method)
 	}
 	if e := checkName(r, m); e != nil {
 		return e
@@ -54,13 +54,13 @@ func checkName(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
 	if json.Unmarshal(p[field], &body) != nil {
 		return nil // no string to mirror; the handler answers the bad params
 	}
-	hv := r.Header.Values(hdrName)
+	hv := r.Header.Values(mcpspec.HeaderName)
 	if len(hv) == 0 {
-		return mismatch("%s header is required for %s", hdrName, m.Method)
+		return mismatch("%s header is required for %s", mcpspec.HeaderName, m.Method)
 	}
 	got, ok := mcpspec.DecodeHeaderValue(hv[0])
 	if len(hv) > 1 || !ok || got != body {
-		return mismatch("%s header does not match params.%s %q", hdrName, field, body)
+		return mismatch("%s header does not match params.%s %q", mcpspec.HeaderName, field, body)
 	}
 	return nil
 }

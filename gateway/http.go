@@ -18,10 +18,6 @@ import (
 
 // HTTP header names.
 const (
-	hdrSession = mcpspec.HeaderSessionID
-	hdrVersion = mcpspec.HeaderProtocolVersion
-	hdrMethod  = mcpspec.HeaderMethod
-	hdrName    = mcpspec.HeaderName
 	// HeaderScope names the scope a response's call runs in, so a client
 	// can look its calls up in the audit.
 	HeaderScope = client.HeaderScope
@@ -110,7 +106,7 @@ func (h *httpTransport) post(w http.ResponseWriter, r *http.Request, principal s
 		return
 	}
 	parse(m) // once, for every layer below
-	if v := r.Header.Get(hdrVersion); v != "" && !slices.Contains(SupportedVersions, v) {
+	if v := r.Header.Get(mcpspec.HeaderProtocolVersion); v != "" && !slices.Contains(SupportedVersions, v) {
 		writeErrorResponse(w, http.StatusBadRequest, m.ID, m.Kind == jsonrpc.KindRequest, unsupportedVersion(v))
 		return
 	}
@@ -137,7 +133,7 @@ func writeErrorResponse(w http.ResponseWriter, code int, id jsonrpc.ID, hasID bo
 
 // speaks2026 says whether a POST speaks 2026-07-28.
 func speaks2026(r *http.Request, m *jsonrpc.Message) bool {
-	if r.Header.Get(hdrVersion) == Version20260728 {
+	if r.Header.Get(mcpspec.HeaderProtocolVersion) == Version20260728 {
 		return true
 	}
 	return paramsOf(m).version() == Version20260728
@@ -149,7 +145,7 @@ func (h *httpTransport) post2025(w http.ResponseWriter, r *http.Request, m *json
 		h.initialize(w, r, m, principal)
 		return
 	}
-	s, status := h.lookup(r.Context(), r.Header.Get(hdrSession), principal)
+	s, status := h.lookup(r.Context(), r.Header.Get(mcpspec.HeaderSessionID), principal)
 	if s == nil {
 		writeErrorResponse(w, status, m.ID, m.Kind == jsonrpc.KindRequest, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "%s", http.StatusText(status)+": initialize a session first"))
 		return

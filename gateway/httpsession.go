@@ -26,7 +26,7 @@ func (h *httpTransport) initialize(w http.ResponseWriter, r *http.Request, m *js
 	h.evictLocked()
 	h.sessions[id] = s
 	h.mu.Unlock()
-	w.Header().Set(hdrSession, id)
+	w.Header().Set(mcpspec.HeaderSessionID, id)
 	w.Header().Set(HeaderScope, s.scope)
 	out := &jsonSink{}
 	s.handle(r.Context(), m, out)
@@ -93,12 +93,12 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request, principal st
 		httpError(w, http.StatusNotAcceptable, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "GET needs Accept: text/event-stream"))
 		return
 	}
-	if r.Header.Get(hdrSession) == "" {
+	if r.Header.Get(mcpspec.HeaderSessionID) == "" {
 		w.Header().Set("Allow", "POST")
 		httpError(w, http.StatusMethodNotAllowed, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "no session: this endpoint has no stream without one"))
 		return
 	}
-	s, status := h.lookup(r.Context(), r.Header.Get(hdrSession), principal)
+	s, status := h.lookup(r.Context(), r.Header.Get(mcpspec.HeaderSessionID), principal)
 	if s == nil {
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))
 		return
@@ -130,7 +130,7 @@ func (h *httpTransport) get(w http.ResponseWriter, r *http.Request, principal st
 // the others), and get a Cancel each, which wins only if nothing settled
 // them; a coordinator that names no calls leaves every call to that.
 func (h *httpTransport) delete(w http.ResponseWriter, r *http.Request, principal string) {
-	id := r.Header.Get(hdrSession)
+	id := r.Header.Get(mcpspec.HeaderSessionID)
 	s, status := h.lookup(r.Context(), id, principal)
 	if s == nil {
 		httpError(w, status, jsonrpc.Errorf(jsonrpc.CodeInvalidRequest, "unknown session"))

@@ -28,8 +28,8 @@ func listenTasksAllowed(lr *listenRequest, params *inParams) *jsonrpc.Error {
 	if len(lr.tasks) == 0 || optedIn2026(params) {
 		return nil
 	}
-	data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
-	return &jsonrpc.Error{Code: mcpspec.CodeMissingRequiredClientCapability, Message: "Missing required client capability: taskIds on subscriptions/listen need the " + extTasks + " extension", Data: data}
+	data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{mcpspec.ExtensionTasks: map[string]any{}}}})
+	return &jsonrpc.Error{Code: mcpspec.CodeMissingRequiredClientCapability, Message: "Missing required client capability: taskIds on subscriptions/listen need the " + mcpspec.ExtensionTasks + " extension", Data: data}
 }
 
 // knownTasks are the ids among ids that name the principal's tasks.

@@ -40,12 +40,6 @@ import (
 // the task if the stream goes, and the result is read from the
 // coordinator.
 
-// extTasks is the 2026-07-28 tasks extension's identifier.
-const extTasks = mcpspec.ExtensionTasks
-
-// metaRelatedTask associates a message with its task (2025-11-25).
-const metaRelatedTask = mcpspec.MetaRelatedTask
-
 // Task support of a tool (execution.taskSupport).
 const (
 	taskForbidden = "forbidden"
@@ -87,7 +81,7 @@ func optedIn2026(params *inParams) bool {
 	if !ok || json.Unmarshal([]byte(`{"extensions":`+string(raw)+`}`), &caps) != nil {
 		return false
 	}
-	_, ok = caps.Extensions[extTasks]
+	_, ok = caps.Extensions[mcpspec.ExtensionTasks]
 	return ok
 }
 
@@ -107,10 +101,10 @@ func (s *session) maybeTask(ctx context.Context, m *jsonrpc.Message, p *routed, 
 		// The server decides; the client's 2025 task hint (params.task) is ignored.
 		asTask = support != taskForbidden && optedIn2026(paramsOf(m))
 		if support == taskRequired && !asTask {
-			data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
+			data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{mcpspec.ExtensionTasks: map[string]any{}}}})
 			reply.send(jsonrpc.ErrorResponse(m.ID, true, &jsonrpc.Error{
 				Code:    mcpspec.CodeMissingRequiredClientCapability,
-				Message: "Missing required client capability: tool " + p.target + " runs only as a task, which needs the " + extTasks + " extension",
+				Message: "Missing required client capability: tool " + p.target + " runs only as a task, which needs the " + mcpspec.ExtensionTasks + " extension",
 				Data:    data,
 			}))
 			return true
@@ -420,7 +414,7 @@ func withTasks(caps map[string]any) map[string]any {
 
 // withTaskExtension adds the 2026-07-28 tasks extension.
 func withTaskExtension(caps map[string]any) map[string]any {
-	caps["extensions"] = map[string]any{extTasks: map[string]any{}}
+	caps["extensions"] = map[string]any{mcpspec.ExtensionTasks: map[string]any{}}
 	return caps
 }
 
@@ -445,7 +439,7 @@ func (s *session) taskProgress(id string, token json.RawMessage, p *pb.Progress)
 		return
 	}
 	params := map[string]any{"progressToken": token, "progress": p.GetProgress(),
-		"_meta": map[string]any{metaRelatedTask: map[string]any{"taskId": id}}}
+		"_meta": map[string]any{mcpspec.MetaRelatedTask: map[string]any{"taskId": id}}}
 	if p.GetTotal() > 0 {
 		params["total"] = p.GetTotal()
 	}

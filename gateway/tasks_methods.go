@@ -57,11 +57,11 @@ func (s *session) taskMethod(ctx context.Context, m *jsonrpc.Message) (any, *jso
 func (s *session) taskMethod2026(ctx context.Context, m *jsonrpc.Message, p taskParams) (any, *jsonrpc.Error) {
 	switch m.Method {
 	case "tasks/result", "tasks/list":
-		return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s is not part of the %s extension", m.Method, extTasks)
+		return nil, jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s is not part of the %s extension", m.Method, mcpspec.ExtensionTasks)
 	}
 	if !optedIn2026(paramsOf(m)) {
-		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{extTasks: map[string]any{}}}})
-		return nil, &jsonrpc.Error{Code: mcpspec.CodeMissingRequiredClientCapability, Message: "Missing required client capability: " + m.Method + " needs the " + extTasks + " extension", Data: data}
+		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{mcpspec.ExtensionTasks: map[string]any{}}}})
+		return nil, &jsonrpc.Error{Code: mcpspec.CodeMissingRequiredClientCapability, Message: "Missing required client capability: " + m.Method + " needs the " + mcpspec.ExtensionTasks + " extension", Data: data}
 	}
 	switch m.Method {
 	case "tasks/get":
@@ -130,7 +130,7 @@ func (s *session) taskResult(ctx context.Context, id string) (any, *jsonrpc.Erro
 		return nil, taskError(err, id)
 	}
 	t := got.GetTask()
-	related := map[string]any{metaRelatedTask: map[string]any{"taskId": id}}
+	related := map[string]any{mcpspec.MetaRelatedTask: map[string]any{"taskId": id}}
 	switch t.GetStatus() {
 	case pb.TaskStatus_TASK_STATUS_COMPLETED:
 		var r map[string]any
@@ -141,7 +141,7 @@ func (s *session) taskResult(ctx context.Context, id string) (any, *jsonrpc.Erro
 		if meta == nil {
 			meta = map[string]any{}
 		}
-		meta[metaRelatedTask] = related[metaRelatedTask]
+		meta[mcpspec.MetaRelatedTask] = related[mcpspec.MetaRelatedTask]
 		r["_meta"] = meta
 		return r, nil
 	case pb.TaskStatus_TASK_STATUS_FAILED:

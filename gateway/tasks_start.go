@@ -6,6 +6,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // A call that becomes a task (the tasks extension's "MRTR before task
@@ -61,7 +62,7 @@ func (c *call) taskRefusal(p *routed) string {
 	case c.method != "tools/call":
 		return "only tools/call may become a task"
 	case !c.optedIn():
-		return "the client did not opt into the " + extTasks + " extension on this request"
+		return "the client did not opt into the " + mcpspec.ExtensionTasks + " extension on this request"
 	}
 	ctx, cancel := context.WithTimeout(c.s.g.base, cancelTimeout)
 	defer cancel()
@@ -78,7 +79,7 @@ func (c *call) optedIn() bool {
 		Extensions map[string]json.RawMessage `json:"extensions"`
 	}
 	json.Unmarshal(c.toward.caps, &caps)
-	_, ok := caps.Extensions[extTasks]
+	_, ok := caps.Extensions[mcpspec.ExtensionTasks]
 	return ok
 }
 
