@@ -109,6 +109,7 @@ type Adapter struct {
 	subs        sharedSubs
 	calls       inflight     // for requests toward the client (toward.go)
 	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
+	events      eventsConns  // the connections of the events extension (events.go)
 	start       startFailure // why it could not be started, for WaitReady (conn.go)
 
 	mu      sync.Mutex
