@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/internal/nodetest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
@@ -402,5 +403,43 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 		if string(m.ID) == `"p"` {
 			break
 		}
+	}
+}
+
+// In a group of two servers, event types are listed under their server's
+// prefix, and a poll or stream of a prefixed name reaches its server
+// under the server's own name (the fixture knows no other).
+func TestEventsInAGroup(t *testing.T) {
+	st := startBare(t)
+	runGroup(t, st, groupServer{"a", eventsFixture(t)}, groupServer{"b", eventsFixture(t)})
+	st.waitTools(t, func(tools map[string]*pb.Tool) bool {
+		return tools["a_await_cancelled"] != nil && tools["b_await_cancelled"] != nil
+	})
+	var r struct {
+		Events []struct {
+			Name string `json:"name"`
+		} `json:"events"`
+	}
+	json.Unmarshal(last(t, post2026(t, st.url, 1, "events/list", "")).Result, &r)
+	var names []string
+	for _, e := range r.Events {
+		names = append(names, e.Name)
+	}
+	if !slices.Equal(names, []string{"a_ticks", "a_polled", "b_ticks", "b_polled"}) {
+		t.Fatalf("events/list names %v; want each server's under its prefix", names)
+	}
+	m := last(t, post2026(t, st.url, 2, "events/poll", `"name":"b_polled","arguments":{}`))
+	if m.Error != nil || !strings.Contains(string(m.Result), `"eventId":"e3"`) {
+		t.Fatalf("events/poll b_polled: %s %+v; want the server's events", m.Result, m.Error)
+	}
+	msgs := post2026(t, st.url, 3, "events/stream", `"name":"a_ticks","arguments":{"n":2}`)
+	var ids []string
+	for _, raw := range msgs {
+		if m := decodeMsg(t, raw); m.Method == "notifications/events/event" {
+			ids = append(ids, m.Params.EventID)
+		}
+	}
+	if !slices.Equal(ids, []string{"e1", "e2"}) || last(t, msgs).Error != nil {
+		t.Fatalf("events/stream a_ticks: events %v, end %s; want e1 e2 and its result", ids, msgs[len(msgs)-1])
 	}
 }
