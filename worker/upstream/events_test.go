@@ -215,16 +215,25 @@ func TestEventsPassThrough(t *testing.T) {
 
 	t.Run("stream", func(t *testing.T) {
 		const n = 20
-		msgs := post2026(t, st.url, 4, "events/stream", fmt.Sprintf(`"name":"ticks","arguments":{"n":%d}`, n))
-		var ids []string
+		msgs := post2026(t, st.url, 4, "events/stream", fmt.Sprintf(`"name":"ticks","arguments":{"n":%d,"gap":2,"terminate":true}`, n))
+		var ids, signals []string
 		for i, raw := range msgs {
 			m := decodeMsg(t, raw)
 			if string(m.Params.Meta.SubscriptionID) != "4" && m.Method != "" {
 				t.Errorf("message %d %s: subscription id %s; want the client's id 4", i, m.Method, m.Params.Meta.SubscriptionID)
 			}
-			if m.Method == "notifications/events/event" {
+			switch m.Method {
+			case "notifications/events/event":
 				ids = append(ids, m.Params.EventID)
+			case "":
+			default:
+				signals = append(signals, fmt.Sprintf("%s after %d", m.Method, len(ids)))
 			}
+		}
+		// The gap's fresh active and the termination, where the server
+		// sent them.
+		if want := []string{"notifications/events/active after 0", "notifications/events/active after 2", fmt.Sprintf("notifications/events/terminated after %d", n)}; !slices.Equal(signals, want) {
+			t.Errorf("signals %q; want %q", signals, want)
 		}
 		if first := decodeMsg(t, msgs[0]); first.Method != "notifications/events/active" {
 			t.Errorf("first message %s; want notifications/events/active", msgs[0])

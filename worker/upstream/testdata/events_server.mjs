@@ -9,8 +9,10 @@
 //     "hooks" (webhook only), then "polled" (poll);
 //   - events/poll: three occurrences of the named event, a cursor, and a
 //     vendor field and _meta that a gateway must pass whole;
-//   - events/stream {name, arguments: {n, hold, key}}: notifications/events/active,
-//     then n notifications/events/event (eventId e1..en) in order, each
+//   - events/stream {name, arguments: {n, gap, terminate, hold, key}}:
+//     notifications/events/active, then n notifications/events/event
+//     (eventId e1..en) in order, a fresh active with truncated after the
+//     gap'th, and with terminate notifications/events/terminated, each
 //     with the request's id as _meta's subscription id; then, unless
 //     hold, its result; with hold, it waits until the request is cancelled
 //     and records that (key);
@@ -89,6 +91,12 @@ server.setRequestHandler(request('events/stream'), async (req, extra) => {
   await extra.sendNotification({ method: 'notifications/events/active', params: { cursor: 'c0', truncated: false, _meta: meta } });
   for (let i = 1; i <= (args.n ?? 0); i++) {
     await extra.sendNotification({ method: 'notifications/events/event', params: { ...occurrence(req.params.name, i, `c${i}`), _meta: meta } });
+    if (i === args.gap) {
+      await extra.sendNotification({ method: 'notifications/events/active', params: { cursor: 'gap', truncated: true, _meta: meta } });
+    }
+  }
+  if (args.terminate) {
+    await extra.sendNotification({ method: 'notifications/events/terminated', params: { error: { code: -32024, message: 'Forbidden', data: { reason: 'Access revoked' } }, _meta: meta } });
   }
   if (!args.hold) return { resultType: 'complete', _meta: meta };
   await new Promise((resolve) => {
