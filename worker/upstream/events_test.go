@@ -400,6 +400,24 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	if !slices.Equal(ids, []string{"e1", "e2", "e3"}) {
 		t.Fatalf("events %v; want e1 e2 e3", ids)
 	}
+	// A second stream on the same connections while s1 is held: its
+	// events reach it, tagged with its own id, and it ends with its result.
+	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"s2","method":"events/stream","params":{"name":"ticks","arguments":{"n":2},%s}}`, meta2026))
+	var ids2 []string
+	for m := range lines {
+		if m.Method == "notifications/events/event" {
+			if string(m.Params.Meta.SubscriptionID) != `"s2"` {
+				t.Fatalf("event %s for subscription %s while only s2 sends; want \"s2\"", m.Params.EventID, m.Params.Meta.SubscriptionID)
+			}
+			ids2 = append(ids2, m.Params.EventID)
+		}
+		if string(m.ID) == `"s2"` {
+			break
+		}
+	}
+	if !slices.Equal(ids2, []string{"e1", "e2"}) {
+		t.Fatalf("s2's events %v; want e1 e2", ids2)
+	}
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s1",%s}}`, meta2026))
 	awaitUpstreamCancel(t, st, "stdio")
 	checkEventsAudit(t, st, "events/stream", `"s1"`, "cancelled")
