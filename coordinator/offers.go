@@ -28,6 +28,8 @@ const (
 	methodResourcesUnsubscribe = "resources/unsubscribe"
 	methodPromptsGet           = "prompts/get"
 	methodCompletionComplete   = "completion/complete"
+	methodEventsPoll           = "events/poll"
+	methodEventsStream         = "events/stream"
 )
 
 // Completion targets name their reference with one of these prefixes.
@@ -69,6 +71,7 @@ var offerKinds = map[pb.OfferKind]string{
 	pb.OfferKind_OFFER_KIND_RESOURCE:          "resource",
 	pb.OfferKind_OFFER_KIND_RESOURCE_TEMPLATE: "template",
 	pb.OfferKind_OFFER_KIND_PROMPT:            "prompt",
+	pb.OfferKind_OFFER_KIND_EVENT:             "event",
 }
 
 func offerKind(s string) pb.OfferKind {
@@ -120,7 +123,7 @@ func validateFeatures(f *pb.Features) error {
 
 func validateOffers(offers []*pb.Offer) error {
 	if len(offers) > MaxOffers {
-		return invalid("a worker may offer at most %d resources, templates and prompts", MaxOffers)
+		return invalid("a worker may offer at most %d resources, templates, prompts and event types", MaxOffers)
 	}
 	seen := map[string]bool{}
 	for _, o := range offers {
@@ -166,7 +169,7 @@ func validateMethodTarget(method, target string) error {
 	switch method {
 	case "", methodToolsCall:
 		return validateToolName(target)
-	case methodResourcesRead, methodResourcesSubscribe, methodResourcesUnsubscribe, methodPromptsGet:
+	case methodResourcesRead, methodResourcesSubscribe, methodResourcesUnsubscribe, methodPromptsGet, methodEventsPoll, methodEventsStream:
 		return validateTarget(target)
 	case methodCompletionComplete:
 		if !strings.HasPrefix(target, refPrompt) && !strings.HasPrefix(target, refResource) {
@@ -182,11 +185,12 @@ type routes struct {
 	resources map[string]bool
 	templates []*uritemplate.Template
 	prompts   map[string]bool
+	events    map[string]bool // event type names
 	features  featuresDef
 }
 
 func newRoutes(info *workerInfo) *routes {
-	r := &routes{resources: map[string]bool{}, prompts: map[string]bool{}}
+	r := &routes{resources: map[string]bool{}, prompts: map[string]bool{}, events: map[string]bool{}}
 	if info.Features != nil {
 		r.features = *info.Features
 	}
@@ -196,6 +200,8 @@ func newRoutes(info *workerInfo) *routes {
 			r.resources[o.Key] = true
 		case "prompt":
 			r.prompts[o.Key] = true
+		case "event":
+			r.events[o.Key] = true
 		case "template":
 			if t, err := uritemplate.New(o.Key); err == nil {
 				r.templates = append(r.templates, t)
@@ -230,6 +236,10 @@ func (e *workerEntry) serves(method, target string) (rank int, idempotent bool) 
 		}
 	case methodPromptsGet:
 		if r.prompts[target] {
+			return rankExact, false
+		}
+	case methodEventsPoll, methodEventsStream:
+		if r.events[target] {
 			return rankExact, false
 		}
 	case methodCompletionComplete:

@@ -18,8 +18,9 @@ import (
 // Begin places a call that is not a tool call on a worker serving its
 // target: a resource by its exact URI before a template that matches it,
 // a prompt by name, a completion by the prompt or template it completes,
-// subscriptions only on a worker that serves them. Nothing else serves a
-// target: Begin refuses it as unknown. The record names the method.
+// subscriptions only on a worker that serves them, an event by its name.
+// Nothing else serves a target: Begin refuses it as unknown. The record
+// names the method.
 func TestBeginRoutesByTarget(t *testing.T) {
 	cli := etcdtest.Single(t).Client()
 	co := testcluster.StartCoordinator(t, cli, coordinator.Options{})
@@ -38,6 +39,10 @@ func TestBeginRoutesByTarget(t *testing.T) {
 		w.HandleCompletion(func(context.Context, *worker.Call) (*mcp.CompleteResult, error) { return &mcp.CompleteResult{}, nil })
 		w.HandleSubscriptions(func(context.Context, *worker.Call) error { return nil })
 	})
+	testcluster.StartWorker(t, worker.Options{Coordinator: co.Addr, Name: "events"}, func(w *worker.Worker) {
+		w.SetOffers(worker.Offers{Events: []*worker.EventType{{Name: "ticks", JSON: []byte(`{"name":"ticks","delivery":["poll","push"]}`)}}},
+			func(context.Context, *worker.Call) (any, error) { return struct{}{}, nil })
+	})
 	for i, tc := range []struct {
 		method, target, worker string // worker "" means unknown
 	}{
@@ -52,6 +57,10 @@ func TestBeginRoutesByTarget(t *testing.T) {
 		{"completion/complete", "ref/resource:x://a/{id}", "template"},
 		{"resources/subscribe", "x://a/2", "template"},
 		{"resources/subscribe", "x://b/1", ""},
+		{"events/poll", "ticks", "events"},
+		{"events/stream", "ticks", "events"},
+		{"events/poll", "nope", ""},
+		{"prompts/get", "ticks", ""}, // an event type is not a prompt
 	} {
 		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
 			k := key("conn:routes", num(int64(i+1)))

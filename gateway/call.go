@@ -337,6 +337,9 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		case *pb.ExecuteResponse_Log:
 			c.hold.run(func() { c.log(e.Log) }, true)
 			continue
+		case *pb.ExecuteResponse_Notification:
+			c.hold.run(func() { c.notify(e.Notification) }, false) // events.go
+			continue
 		case *pb.ExecuteResponse_ClientRequest:
 			c.hold.run(func() { c.askClient(wc, begun, e.ClientRequest) }, false)
 			continue

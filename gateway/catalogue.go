@@ -36,6 +36,7 @@ type catalogue struct {
 	resources []json.RawMessage
 	templates []json.RawMessage
 	prompts   []json.RawMessage
+	events    []json.RawMessage // event types, as events/list shows them (events.go)
 	features  *pb.Features
 
 	msg      *pb.WatchToolsResponse // as the watch delivered it; nil if asked for
@@ -59,6 +60,10 @@ func newCatalogue(offers []*pb.Offer, f *pb.Features) *catalogue {
 			c.templates = append(c.templates, raw)
 		case pb.OfferKind_OFFER_KIND_PROMPT:
 			c.prompts = append(c.prompts, raw)
+		case pb.OfferKind_OFFER_KIND_EVENT:
+			if e := eventForClients(raw); e != nil {
+				c.events = append(c.events, e)
+			}
 		}
 	}
 	return c

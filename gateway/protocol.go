@@ -36,6 +36,10 @@ func (s *session) handleRequest(ctx context.Context, m *jsonrpc.Message, reply s
 		}
 		s.fanout() // from now on, changes reach this client only on its listens
 	}
+	if e := s.eventsRefused(m.Method); e != nil { // events.go
+		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
+		return
+	}
 	if m.Method == "subscriptions/listen" { // HTTP serves its own listens
 		s.listenStdio(m, reply)
 		return
@@ -107,6 +111,8 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 		return s.discover(ctx), nil
 	case "prompts/list", "resources/list", "resources/templates/list":
 		return s.g.listOffers(ctx, m)
+	case methodEventsList:
+		return s.g.listEvents(ctx, m) // events.go
 	}
 	if taskMethods[m.Method] {
 		return s.taskMethod(ctx, m)
@@ -153,7 +159,7 @@ func (s *session) discover(ctx context.Context) any {
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"supportedVersions": SupportedVersions,
-		"capabilities":      withTaskExtension(s.g.capabilities(ctx)),
+		"capabilities":      s.g.withEventsExtension(ctx, withTaskExtension(s.g.capabilities(ctx))),
 		"instructions":      instr,
 		"_meta":             map[string]any{mcpspec.MetaServerInfo: info},
 	}

@@ -17,7 +17,7 @@ import (
 // catalogue of what live workers offer (catalogue.go).
 var routedMethods = []string{
 	"tools/call", "resources/read", "resources/subscribe", "resources/unsubscribe",
-	"prompts/get", "completion/complete",
+	"prompts/get", "completion/complete", "events/poll", "events/stream",
 }
 
 // isRouted says whether a request is routed to a worker as a call.
@@ -147,7 +147,7 @@ func parseRouted(m *jsonrpc.Message, p *inParams) (*routed, *jsonrpc.Error) {
 			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "arguments must be an object")
 		}
 		return r, nil
-	case "prompts/get":
+	case "prompts/get", "events/poll", "events/stream":
 		r.target = p.Name
 	case "completion/complete":
 		switch p.Ref.Type {
@@ -182,6 +182,8 @@ func targetWord(method string) string {
 	switch method {
 	case "prompts/get":
 		return "prompt name"
+	case "events/poll", "events/stream":
+		return "event name"
 	case "completion/complete":
 		return "ref of type ref/prompt (with a name) or ref/resource (with a uri)"
 	}
@@ -229,6 +231,8 @@ func (r *routed) unknown(rev2026 bool) *jsonrpc.Error {
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "unknown prompt: %q", r.target)
 	case "completion/complete":
 		return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "nothing to complete for %s", r.target)
+	case "events/poll", "events/stream":
+		return eventNotFound(r.target) // events.go
 	}
 	return resourceNotFound(r.target, rev2026)
 }
@@ -260,7 +264,8 @@ func (c *call) answer(r *pb.ExecuteResult) {
 		c.respond(jsonrpc.ErrorResponse(c.id, true, &rpcErr))
 		return
 	}
-	raw := json.RawMessage(r.GetResultJson())
+	// events.go: an events/stream's result names the client's id.
+	raw := c.streamResult(r.GetResultJson())
 	if c.method == "tools/call" && r.GetToolError() { // as the worker audited it
 		c.setOutcome(outcomeToolError)
 	} else {

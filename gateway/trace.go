@@ -49,6 +49,7 @@ var knownMethods = []string{
 	"resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
 	"resources/unsubscribe", "completion/complete", "logging/setLevel", "server/discover",
 	"subscriptions/listen", "tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update",
+	"events/list", "events/poll", "events/stream",
 }
 
 // observed is one MCP request as traced and measured, from its arrival

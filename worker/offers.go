@@ -64,6 +64,8 @@ type Offers struct {
 	Prompts     []*Prompt
 	Completions bool
 	Subscribe   bool
+	// Events are the event types of the events extension (events.go).
+	Events []*EventType
 	// ServerInfo and Instructions are those of the MCP server the worker
 	// fronts, if it fronts one: while every live worker fronts the same
 	// server, the gateway shows them to its clients as its own.
@@ -76,6 +78,7 @@ type offered struct {
 	resources map[string]*offer
 	templates []*offer
 	prompts   map[string]*offer
+	events    map[string]*offer // event types, by name
 	order     []*offer
 	complete  RequestHandler // nil: no completions
 	subscribe RequestHandler // nil: no subscriptions
@@ -93,7 +96,7 @@ type offer struct {
 }
 
 func newOffered() *offered {
-	return &offered{resources: map[string]*offer{}, prompts: map[string]*offer{}}
+	return &offered{resources: map[string]*offer{}, prompts: map[string]*offer{}, events: map[string]*offer{}}
 }
 
 // HandleResource registers a resource, served by h. It panics on a
@@ -188,6 +191,11 @@ func (w *Worker) SetOffers(o Offers, h RequestHandler) {
 	for _, p := range o.Prompts {
 		next.add(&offer{kind: pb.OfferKind_OFFER_KIND_PROMPT, key: p.Name, desc: p, serve: h})
 	}
+	for _, e := range o.Events {
+		if e.Name != "" && json.Valid(e.JSON) {
+			next.add(&offer{kind: pb.OfferKind_OFFER_KIND_EVENT, key: e.Name, desc: e, serve: h})
+		}
+	}
 	if o.Completions {
 		next.complete = h
 	}
@@ -230,6 +238,11 @@ func (f *offered) add(o *offer) bool {
 			return false
 		}
 		f.prompts[o.key] = o
+	case pb.OfferKind_OFFER_KIND_EVENT:
+		if f.events[o.key] != nil {
+			return false
+		}
+		f.events[o.key] = o
 	default:
 		for _, t := range f.templates {
 			if t.key == o.key {
@@ -269,6 +282,10 @@ func (f *offered) handler(method, target string) RequestHandler {
 		}
 	case MethodCompletionComplete:
 		return f.complete
+	case MethodEventsPoll, MethodEventsStream:
+		if o := f.events[target]; o != nil {
+			return o.serve
+		}
 	case MethodResourcesSubscribe, MethodResourcesUnsubscribe:
 		return f.subscribe
 	}

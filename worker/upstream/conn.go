@@ -23,6 +23,8 @@ type conn struct {
 	sess *mcp.ClientSession
 	cmd  *exec.Cmd // nil over HTTP
 	pid  int
+	// forget drops the session's events connection (events.go).
+	forget func()
 
 	once     sync.Once
 	closeErr error
@@ -55,7 +57,8 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 		return &conn{sess: sess}, nil
 	}
 	cmd, stderr := a.command()
-	t := taskTransport{inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}
+	var ec *eventsConn
+	t := eventsTransport{taskTransport{inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}, &ec}
 	sess, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if cmd.Process != nil && cmd.ProcessState == nil {
@@ -72,7 +75,8 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 		return nil, err
 	}
 	a.log.Info("started the upstream MCP server", "pid", cmd.Process.Pid, "protocol", sess.InitializeResult().ProtocolVersion)
-	return &conn{sess: sess, cmd: cmd, pid: cmd.Process.Pid}, nil
+	a.events.add(sess, ec)
+	return &conn{sess: sess, cmd: cmd, pid: cmd.Process.Pid, forget: func() { a.events.remove(sess) }}, nil
 }
 
 // command is the child process: in a process group of its own, its
@@ -183,6 +187,9 @@ func (f *startFailure) err() error {
 func (c *conn) close() error {
 	c.once.Do(func() {
 		c.closeErr = c.sess.Close()
+		if c.forget != nil {
+			c.forget()
+		}
 		if c.cmd != nil {
 			killGroup(c.pid)
 		}

@@ -96,6 +96,7 @@ type offerRoutes struct {
 	resources map[string]*member // by URI
 	templates []templateRoute    // in the order offered
 	prompts   map[string]toolRoute
+	events    map[string]toolRoute // event types, by group name (group_events.go)
 }
 
 type templateRoute struct {
@@ -269,7 +270,7 @@ func (g *Group) handleTool(ctx context.Context, c *worker.Call) (*worker.Result,
 // and prompts, under their group names.
 func (g *Group) setOffersLocked() {
 	var o worker.Offers
-	r := offerRoutes{resources: map[string]*member{}, prompts: map[string]toolRoute{}}
+	r := offerRoutes{resources: map[string]*member{}, prompts: map[string]toolRoute{}, events: map[string]toolRoute{}}
 	for _, m := range g.members {
 		g.mergeResourcesLocked(m, &o, &r)
 		for _, p := range m.offered.Prompts {
@@ -278,6 +279,7 @@ func (g *Group) setOffersLocked() {
 			r.prompts[cp.Name] = toolRoute{m, p.Name}
 			o.Prompts = append(o.Prompts, &cp)
 		}
+		g.mergeEventsLocked(m, &o, &r)
 		o.Completions = o.Completions || m.offered.Completions
 		o.Subscribe = o.Subscribe || m.offered.Subscribe
 	}
@@ -368,6 +370,8 @@ func (g *Group) route(c *worker.Call) (*member, *worker.Call, error) {
 		return p.m, &up, renameIn(&up.Params, p.name, "name")
 	case worker.MethodCompletionComplete:
 		return g.routeCompletion(r, &up)
+	case worker.MethodEventsPoll, worker.MethodEventsStream:
+		return routeEvent(r, &up)
 	}
 	return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + c.Method}
 }

@@ -54,11 +54,16 @@ func (a *Adapter) registerOffers(ctx context.Context, s *mcp.ClientSession) erro
 		}
 	}
 	o.Completions = caps.Completions != nil
+	events, err := a.listEvents(ctx, s, caps) // events.go
+	if err != nil {
+		return err
+	}
+	o.Events = events
 	if r := s.InitializeResult(); r != nil {
 		o.ServerInfo, o.Instructions = r.ServerInfo, r.Instructions
 	}
 	a.reg.setOffers(o, a.request)
-	a.log.Info("registered the upstream's resources and prompts", "resources", len(o.Resources), "templates", len(o.Templates), "prompts", len(o.Prompts))
+	a.log.Info("registered the upstream's resources and prompts", "resources", len(o.Resources), "templates", len(o.Templates), "prompts", len(o.Prompts), "event_types", len(o.Events))
 	return nil
 }
 
@@ -66,6 +71,9 @@ func (a *Adapter) registerOffers(ctx context.Context, s *mcp.ClientSession) erro
 // its ctx is cancelled when the coordinator settles the call without us,
 // and the SDK then tells the server (notifications/cancelled).
 func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
+	if isEvents(c) {
+		return a.forwardEvents(ctx, c) // events.go
+	}
 	release, err := a.acquire(ctx)
 	if err != nil {
 		return nil, err

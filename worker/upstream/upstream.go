@@ -8,7 +8,8 @@
 // and re-registers them when the server sends a list_changed
 // notification. Every request the gateway routes to the worker is
 // forwarded: tools/call, resources/read, prompts/get, completion/complete,
-// resources/subscribe and unsubscribe. Each call is forwarded with the
+// resources/subscribe and unsubscribe, and the events extension's
+// events/poll and events/stream (events.go). Each call is forwarded with the
 // client session's own fresh request id, never the MCP client's. When the
 // coordinator decides a cancel, the worker cancels the handler's context:
 // the SDK then sends the server notifications/cancelled naming the
@@ -109,6 +110,7 @@ type Adapter struct {
 	subs        sharedSubs
 	calls       inflight     // for requests toward the client (toward.go)
 	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
+	events      eventsConns  // the connections of the events extension (events.go)
 	start       startFailure // why it could not be started, for WaitReady (conn.go)
 
 	mu      sync.Mutex

@@ -152,6 +152,9 @@ const (
 	OfferKind_OFFER_KIND_RESOURCE          OfferKind = 1
 	OfferKind_OFFER_KIND_RESOURCE_TEMPLATE OfferKind = 2
 	OfferKind_OFFER_KIND_PROMPT            OfferKind = 3
+	// An event type of the events extension (io.modelcontextprotocol/events):
+	// its key is the event's name, its json the events/list entry.
+	OfferKind_OFFER_KIND_EVENT OfferKind = 4
 )
 
 // Enum value maps for OfferKind.
@@ -161,12 +164,14 @@ var (
 		1: "OFFER_KIND_RESOURCE",
 		2: "OFFER_KIND_RESOURCE_TEMPLATE",
 		3: "OFFER_KIND_PROMPT",
+		4: "OFFER_KIND_EVENT",
 	}
 	OfferKind_value = map[string]int32{
 		"OFFER_KIND_UNSPECIFIED":       0,
 		"OFFER_KIND_RESOURCE":          1,
 		"OFFER_KIND_RESOURCE_TEMPLATE": 2,
 		"OFFER_KIND_PROMPT":            3,
+		"OFFER_KIND_EVENT":             4,
 	}
 )
 
@@ -1193,12 +1198,13 @@ const file_mcpcancel_v1_types_proto_rawDesc = "" +
 	"\x12INITIATOR_SHUTDOWN\x10\x04\x12\x16\n" +
 	"\x12INITIATOR_OPERATOR\x10\x05\x12\x19\n" +
 	"\x15INITIATOR_WORKER_LOST\x10\x06\x12\x12\n" +
-	"\x0eINITIATOR_TOOL\x10\a*y\n" +
+	"\x0eINITIATOR_TOOL\x10\a*\x8f\x01\n" +
 	"\tOfferKind\x12\x1a\n" +
 	"\x16OFFER_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13OFFER_KIND_RESOURCE\x10\x01\x12 \n" +
 	"\x1cOFFER_KIND_RESOURCE_TEMPLATE\x10\x02\x12\x15\n" +
-	"\x11OFFER_KIND_PROMPT\x10\x03B\xac\x01\n" +
+	"\x11OFFER_KIND_PROMPT\x10\x03\x12\x14\n" +
+	"\x10OFFER_KIND_EVENT\x10\x04B\xac\x01\n" +
 	"\x10com.mcpcancel.v1B\n" +
 	"TypesProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 

@@ -296,6 +296,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_ClientRequest
 	//	*ExecuteResponse_ClientRequestEnd
 	//	*ExecuteResponse_TaskStart
+	//	*ExecuteResponse_Notification
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -410,6 +411,15 @@ func (x *ExecuteResponse) GetTaskStart() *TaskStart {
 	return nil
 }
 
+func (x *ExecuteResponse) GetNotification() *CallNotification {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_Notification); ok {
+			return x.Notification
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -454,6 +464,13 @@ type ExecuteResponse_TaskStart struct {
 	TaskStart *TaskStart `protobuf:"bytes,80,opt,name=task_start,json=taskStart,proto3,oneof"`
 }
 
+type ExecuteResponse_Notification struct {
+	// A notification the handler sends its client about the call, on the
+	// call's own stream, in order: an events/stream's
+	// notifications/events/* messages.
+	Notification *CallNotification `protobuf:"bytes,90,opt,name=notification,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Progress) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
@@ -470,6 +487,65 @@ func (*ExecuteResponse_ClientRequestEnd) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_TaskStart) isExecuteResponse_Event() {}
 
+func (*ExecuteResponse_Notification) isExecuteResponse_Event() {}
+
+// CallNotification is a JSON-RPC notification about a running call. The
+// gateway relays it as it is, in the order sent, except that it sets
+// _meta["io.modelcontextprotocol/subscriptionId"] to the client's id of
+// the call.
+type CallNotification struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Method string                 `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// The notification's params, a JSON object.
+	ParamsJson    []byte `protobuf:"bytes,2,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallNotification) Reset() {
+	*x = CallNotification{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallNotification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallNotification) ProtoMessage() {}
+
+func (x *CallNotification) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallNotification.ProtoReflect.Descriptor instead.
+func (*CallNotification) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CallNotification) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *CallNotification) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
+	}
+	return nil
+}
+
 // TaskStart is a handler's request to continue its call as a task.
 type TaskStart struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -480,7 +556,7 @@ type TaskStart struct {
 
 func (x *TaskStart) Reset() {
 	*x = TaskStart{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +568,7 @@ func (x *TaskStart) String() string {
 func (*TaskStart) ProtoMessage() {}
 
 func (x *TaskStart) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[2]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +581,7 @@ func (x *TaskStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStart.ProtoReflect.Descriptor instead.
 func (*TaskStart) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskStart) GetSeq() int64 {
@@ -535,7 +611,7 @@ type ClientRequest struct {
 
 func (x *ClientRequest) Reset() {
 	*x = ClientRequest{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +623,7 @@ func (x *ClientRequest) String() string {
 func (*ClientRequest) ProtoMessage() {}
 
 func (x *ClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[3]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +636,7 @@ func (x *ClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientRequest.ProtoReflect.Descriptor instead.
 func (*ClientRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClientRequest) GetSeq() int64 {
@@ -609,7 +685,7 @@ type ClientRequestEnd struct {
 
 func (x *ClientRequestEnd) Reset() {
 	*x = ClientRequestEnd{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +697,7 @@ func (x *ClientRequestEnd) String() string {
 func (*ClientRequestEnd) ProtoMessage() {}
 
 func (x *ClientRequestEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[4]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +710,7 @@ func (x *ClientRequestEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientRequestEnd.ProtoReflect.Descriptor instead.
 func (*ClientRequestEnd) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClientRequestEnd) GetSeq() int64 {
@@ -678,7 +754,7 @@ type AnswerRequest struct {
 
 func (x *AnswerRequest) Reset() {
 	*x = AnswerRequest{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +766,7 @@ func (x *AnswerRequest) String() string {
 func (*AnswerRequest) ProtoMessage() {}
 
 func (x *AnswerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[5]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +779,7 @@ func (x *AnswerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerRequest.ProtoReflect.Descriptor instead.
 func (*AnswerRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AnswerRequest) GetCallId() string {
@@ -789,7 +865,7 @@ type ClientError struct {
 
 func (x *ClientError) Reset() {
 	*x = ClientError{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +877,7 @@ func (x *ClientError) String() string {
 func (*ClientError) ProtoMessage() {}
 
 func (x *ClientError) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[6]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +890,7 @@ func (x *ClientError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientError.ProtoReflect.Descriptor instead.
 func (*ClientError) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClientError) GetCode() int64 {
@@ -849,7 +925,7 @@ type AnswerResponse struct {
 
 func (x *AnswerResponse) Reset() {
 	*x = AnswerResponse{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +937,7 @@ func (x *AnswerResponse) String() string {
 func (*AnswerResponse) ProtoMessage() {}
 
 func (x *AnswerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[7]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +950,7 @@ func (x *AnswerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerResponse.ProtoReflect.Descriptor instead.
 func (*AnswerResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AnswerResponse) GetAccepted() bool {
@@ -897,7 +973,7 @@ type CallersGoneRequest struct {
 
 func (x *CallersGoneRequest) Reset() {
 	*x = CallersGoneRequest{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +985,7 @@ func (x *CallersGoneRequest) String() string {
 func (*CallersGoneRequest) ProtoMessage() {}
 
 func (x *CallersGoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[8]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +998,7 @@ func (x *CallersGoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallersGoneRequest.ProtoReflect.Descriptor instead.
 func (*CallersGoneRequest) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CallersGoneRequest) GetCallIds() []string {
@@ -950,7 +1026,7 @@ type CallersGoneResponse struct {
 
 func (x *CallersGoneResponse) Reset() {
 	*x = CallersGoneResponse{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1038,7 @@ func (x *CallersGoneResponse) String() string {
 func (*CallersGoneResponse) ProtoMessage() {}
 
 func (x *CallersGoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[9]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1051,7 @@ func (x *CallersGoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallersGoneResponse.ProtoReflect.Descriptor instead.
 func (*CallersGoneResponse) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CallersGoneResponse) GetStopped() int32 {
@@ -999,7 +1075,7 @@ type LogMessage struct {
 
 func (x *LogMessage) Reset() {
 	*x = LogMessage{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1087,7 @@ func (x *LogMessage) String() string {
 func (*LogMessage) ProtoMessage() {}
 
 func (x *LogMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[10]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1100,7 @@ func (x *LogMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogMessage.ProtoReflect.Descriptor instead.
 func (*LogMessage) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogMessage) GetLevel() string {
@@ -1060,7 +1136,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1148,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[11]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1161,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -1129,7 +1205,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1217,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[12]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1230,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecuteResult) GetResultJson() []byte {
@@ -1189,7 +1265,7 @@ type Cancelled struct {
 
 func (x *Cancelled) Reset() {
 	*x = Cancelled{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1277,7 @@ func (x *Cancelled) String() string {
 func (*Cancelled) ProtoMessage() {}
 
 func (x *Cancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[13]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1290,7 @@ func (x *Cancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancelled.ProtoReflect.Descriptor instead.
 func (*Cancelled) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cancelled) GetReason() string {
@@ -1244,7 +1320,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1332,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_mcpcancel_v1_worker_proto_msgTypes[14]
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1345,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Failed) GetReason() string {
@@ -1314,7 +1390,7 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x04task\x18\x1e \x01(\bR\x04task\x1aA\n" +
 	"\x13InputResponsesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xee\x03\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb4\x04\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.mcpcancel.v1.ProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.mcpcancel.v1.ExecuteResultH\x00R\x06result\x127\n" +
@@ -1324,8 +1400,13 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x0eclient_request\x18\x14 \x01(\v2\x1b.mcpcancel.v1.ClientRequestH\x00R\rclientRequest\x12N\n" +
 	"\x12client_request_end\x18\x15 \x01(\v2\x1e.mcpcancel.v1.ClientRequestEndH\x00R\x10clientRequestEnd\x128\n" +
 	"\n" +
-	"task_start\x18P \x01(\v2\x17.mcpcancel.v1.TaskStartH\x00R\ttaskStartB\a\n" +
-	"\x05event\"\x1d\n" +
+	"task_start\x18P \x01(\v2\x17.mcpcancel.v1.TaskStartH\x00R\ttaskStart\x12D\n" +
+	"\fnotification\x18Z \x01(\v2\x1e.mcpcancel.v1.CallNotificationH\x00R\fnotificationB\a\n" +
+	"\x05event\"K\n" +
+	"\x10CallNotification\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x1f\n" +
+	"\vparams_json\x18\x02 \x01(\fR\n" +
+	"paramsJson\"\x1d\n" +
 	"\tTaskStart\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x80\x01\n" +
 	"\rClientRequest\x12\x10\n" +
@@ -1406,55 +1487,57 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(ClientRequestOutcome)(0),     // 0: mcpcancel.v1.ClientRequestOutcome
 	(*ExecuteRequest)(nil),        // 1: mcpcancel.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),       // 2: mcpcancel.v1.ExecuteResponse
-	(*TaskStart)(nil),             // 3: mcpcancel.v1.TaskStart
-	(*ClientRequest)(nil),         // 4: mcpcancel.v1.ClientRequest
-	(*ClientRequestEnd)(nil),      // 5: mcpcancel.v1.ClientRequestEnd
-	(*AnswerRequest)(nil),         // 6: mcpcancel.v1.AnswerRequest
-	(*ClientError)(nil),           // 7: mcpcancel.v1.ClientError
-	(*AnswerResponse)(nil),        // 8: mcpcancel.v1.AnswerResponse
-	(*CallersGoneRequest)(nil),    // 9: mcpcancel.v1.CallersGoneRequest
-	(*CallersGoneResponse)(nil),   // 10: mcpcancel.v1.CallersGoneResponse
-	(*LogMessage)(nil),            // 11: mcpcancel.v1.LogMessage
-	(*Progress)(nil),              // 12: mcpcancel.v1.Progress
-	(*ExecuteResult)(nil),         // 13: mcpcancel.v1.ExecuteResult
-	(*Cancelled)(nil),             // 14: mcpcancel.v1.Cancelled
-	(*Failed)(nil),                // 15: mcpcancel.v1.Failed
-	nil,                           // 16: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(Initiator)(0),                // 18: mcpcancel.v1.Initiator
+	(*CallNotification)(nil),      // 3: mcpcancel.v1.CallNotification
+	(*TaskStart)(nil),             // 4: mcpcancel.v1.TaskStart
+	(*ClientRequest)(nil),         // 5: mcpcancel.v1.ClientRequest
+	(*ClientRequestEnd)(nil),      // 6: mcpcancel.v1.ClientRequestEnd
+	(*AnswerRequest)(nil),         // 7: mcpcancel.v1.AnswerRequest
+	(*ClientError)(nil),           // 8: mcpcancel.v1.ClientError
+	(*AnswerResponse)(nil),        // 9: mcpcancel.v1.AnswerResponse
+	(*CallersGoneRequest)(nil),    // 10: mcpcancel.v1.CallersGoneRequest
+	(*CallersGoneResponse)(nil),   // 11: mcpcancel.v1.CallersGoneResponse
+	(*LogMessage)(nil),            // 12: mcpcancel.v1.LogMessage
+	(*Progress)(nil),              // 13: mcpcancel.v1.Progress
+	(*ExecuteResult)(nil),         // 14: mcpcancel.v1.ExecuteResult
+	(*Cancelled)(nil),             // 15: mcpcancel.v1.Cancelled
+	(*Failed)(nil),                // 16: mcpcancel.v1.Failed
+	nil,                           // 17: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(Initiator)(0),                // 19: mcpcancel.v1.Initiator
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	17, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	16, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	12, // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
-	13, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
-	14, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
-	15, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
-	11, // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
-	4,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
-	5,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
-	3,  // 9: mcpcancel.v1.ExecuteResponse.task_start:type_name -> mcpcancel.v1.TaskStart
-	0,  // 10: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
-	7,  // 11: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
-	17, // 12: mcpcancel.v1.CallersGoneRequest.decide_by:type_name -> google.protobuf.Timestamp
-	18, // 13: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	18, // 14: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
-	1,  // 15: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	6,  // 16: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
-	9,  // 17: mcpcancel.v1.WorkerService.CallersGone:input_type -> mcpcancel.v1.CallersGoneRequest
-	2,  // 18: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	8,  // 19: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
-	10, // 20: mcpcancel.v1.WorkerService.CallersGone:output_type -> mcpcancel.v1.CallersGoneResponse
-	18, // [18:21] is the sub-list for method output_type
-	15, // [15:18] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	18, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	17, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	13, // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
+	14, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
+	15, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
+	16, // 5: mcpcancel.v1.ExecuteResponse.failed:type_name -> mcpcancel.v1.Failed
+	12, // 6: mcpcancel.v1.ExecuteResponse.log:type_name -> mcpcancel.v1.LogMessage
+	5,  // 7: mcpcancel.v1.ExecuteResponse.client_request:type_name -> mcpcancel.v1.ClientRequest
+	6,  // 8: mcpcancel.v1.ExecuteResponse.client_request_end:type_name -> mcpcancel.v1.ClientRequestEnd
+	4,  // 9: mcpcancel.v1.ExecuteResponse.task_start:type_name -> mcpcancel.v1.TaskStart
+	3,  // 10: mcpcancel.v1.ExecuteResponse.notification:type_name -> mcpcancel.v1.CallNotification
+	0,  // 11: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
+	8,  // 12: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
+	18, // 13: mcpcancel.v1.CallersGoneRequest.decide_by:type_name -> google.protobuf.Timestamp
+	19, // 14: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	19, // 15: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	1,  // 16: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	7,  // 17: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
+	10, // 18: mcpcancel.v1.WorkerService.CallersGone:input_type -> mcpcancel.v1.CallersGoneRequest
+	2,  // 19: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	9,  // 20: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
+	11, // 21: mcpcancel.v1.WorkerService.CallersGone:output_type -> mcpcancel.v1.CallersGoneResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -1472,19 +1555,20 @@ func file_mcpcancel_v1_worker_proto_init() {
 		(*ExecuteResponse_ClientRequest)(nil),
 		(*ExecuteResponse_ClientRequestEnd)(nil),
 		(*ExecuteResponse_TaskStart)(nil),
+		(*ExecuteResponse_Notification)(nil),
 	}
-	file_mcpcancel_v1_worker_proto_msgTypes[5].OneofWrappers = []any{
+	file_mcpcancel_v1_worker_proto_msgTypes[6].OneofWrappers = []any{
 		(*AnswerRequest_ResultJson)(nil),
 		(*AnswerRequest_Error)(nil),
 	}
-	file_mcpcancel_v1_worker_proto_msgTypes[12].OneofWrappers = []any{}
+	file_mcpcancel_v1_worker_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
