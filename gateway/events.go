@@ -10,6 +10,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // The events extension (SEP-3415) of fronted servers, for 2026-07-28
@@ -27,12 +28,6 @@ import (
 //     refused: this gateway delivers no webhooks, and a fronted server's
 //     webhook would bypass its settlement and audit;
 //   - a 2025-era session gets -32601 for every events/* request.
-
-// extEvents is the extension's identifier.
-const extEvents = "io.modelcontextprotocol/events"
-
-// codeEventNotFound is the extension's NotFound error code.
-const codeEventNotFound = -32023
 
 // eventsPrefix starts every method of the extension, and the
 // notifications it adds.
@@ -53,7 +48,7 @@ func (s *session) eventsRefused(method string) *jsonrpc.Error {
 		return nil
 	}
 	if !s.speaks2026() {
-		return jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s is part of the %s extension, which is defined for %s and later", method, extEvents, Version20260728)
+		return jsonrpc.Errorf(jsonrpc.CodeMethodNotFound, "Method not found: %s is part of the %s extension, which is defined for %s and later", method, mcpspec.ExtensionEvents, mcpspec.Version20260728)
 	}
 	switch method {
 	case methodEventsList, "events/poll", methodEventsStream:
@@ -130,14 +125,14 @@ func (g *Gateway) withEventsExtension(ctx context.Context, caps map[string]any) 
 		ext = map[string]any{}
 		caps["extensions"] = ext
 	}
-	ext[extEvents] = map[string]any{}
+	ext[mcpspec.ExtensionEvents] = map[string]any{}
 	return caps
 }
 
 // eventNotFound is the extension's NotFound for an event name no live
 // worker offers.
 func eventNotFound(name string) *jsonrpc.Error {
-	return &jsonrpc.Error{Code: codeEventNotFound, Message: "NotFound: no event type " + strconv.Quote(name),
+	return &jsonrpc.Error{Code: mcpspec.CodeEventNotFound, Message: "NotFound: no event type " + strconv.Quote(name),
 		Data: json.RawMessage(`{"kind":"event"}`)}
 }
 
@@ -173,7 +168,7 @@ func (c *call) streamResult(raw json.RawMessage) json.RawMessage {
 		meta = map[string]json.RawMessage{}
 	}
 	id, _ := c.id.MarshalJSON()
-	meta[metaSubscriptionID] = id
+	meta[mcpspec.MetaSubscriptionID] = id
 	r["_meta"] = rawJSON(meta)
 	return rawJSON(r)
 }

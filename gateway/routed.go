@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 )
 
 // The requests a worker answers. Each is a call: registered, begun at the
@@ -242,15 +243,11 @@ func (r *routed) unknown(rev2026 bool) *jsonrpc.Error {
 func resourceNotFound(uri string, rev2026 bool) *jsonrpc.Error {
 	code := jsonrpc.CodeInvalidParams
 	if !rev2026 {
-		code = codeResourceNotFound
+		code = mcpspec.CodeResourceNotFound
 	}
 	data, _ := json.Marshal(map[string]string{"uri": uri})
 	return &jsonrpc.Error{Code: code, Message: "Resource not found", Data: data}
 }
-
-// codeResourceNotFound is the resource-not-found code of 2025-11-25 and
-// earlier; 2026-07-28 retired it for -32602.
-const codeResourceNotFound = -32002
 
 // answer relays a worker's answer: its result, or the JSON-RPC error its
 // handler answered with.

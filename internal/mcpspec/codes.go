@@ -16,4 +16,7 @@ const (
 	// CodeURLElicitationRequired: the request cannot go on until the user
 	// completes URL elicitations (2025-11-25).
 	CodeURLElicitationRequired = -32042
+	// CodeEventNotFound: the Events extension's NotFound, for an event
+	// name no server offers.
+	CodeEventNotFound = -32023
 )

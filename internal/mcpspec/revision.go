@@ -54,6 +54,10 @@ const (
 // extensions of capabilities.
 const ExtensionTasks = "io.modelcontextprotocol/tasks"
 
+// ExtensionEvents names the Events extension (SEP-3415), defined for
+// 2026-07-28 and later.
+const ExtensionEvents = "io.modelcontextprotocol/events"
+
 // Cacheable reports whether a 2026-07-28 result of method carries
 // caching hints (ttlMs and cacheScope).
 func Cacheable(method string) bool {

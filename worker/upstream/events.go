@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
@@ -37,8 +38,6 @@ import (
 // ended (the server is told it is cancelled), not the connection stalled.
 
 const (
-	extEvents       = "io.modelcontextprotocol/events"
-	metaSubID       = "io.modelcontextprotocol/subscriptionId"
 	eventsIDPrefix  = "mcpcancel-events-"
 	maxQueuedEvents = 1024
 	// cancelWait bounds the write of notifications/cancelled to the server.
@@ -136,7 +135,7 @@ func (c *eventsConn) note(m *jsonrpc.Request) {
 		Meta map[string]any `json:"_meta"`
 	}
 	json.Unmarshal(m.Params, &p)
-	id, _ := p.Meta[metaSubID].(string)
+	id, _ := p.Meta[mcpspec.MetaSubscriptionID].(string)
 	c.mu.Lock()
 	r := c.open[id]
 	c.mu.Unlock()
@@ -270,7 +269,7 @@ func (e *eventsConns) remove(s *mcp.ClientSession) {
 // offersEvents says whether the server's capabilities declare the
 // extension.
 func offersEvents(caps *mcp.ServerCapabilities) bool {
-	_, ok := caps.Extensions[extEvents]
+	_, ok := caps.Extensions[mcpspec.ExtensionEvents]
 	return ok
 }
 

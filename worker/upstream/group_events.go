@@ -6,6 +6,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
@@ -32,11 +33,8 @@ func routeEvent(r offerRoutes, up *worker.Call) (*member, *worker.Call, error) {
 	e, ok := r.events[up.Tool]
 	if !ok {
 		data, _ := json.Marshal(map[string]string{"kind": "event"})
-		return nil, nil, &jsonrpc.Error{Code: codeEventNotFound, Message: fmt.Sprintf("NotFound: no event type %q", up.Tool), Data: data}
+		return nil, nil, &jsonrpc.Error{Code: mcpspec.CodeEventNotFound, Message: fmt.Sprintf("NotFound: no event type %q", up.Tool), Data: data}
 	}
 	up.Tool = e.name
 	return e.m, up, renameIn(&up.Params, e.name, "name")
 }
-
-// codeEventNotFound is the extension's NotFound error code.
-const codeEventNotFound = -32023

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 
+	"github.com/mcpcancel/mcpcancel/internal/mcpspec"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -46,11 +47,6 @@ func (r *relay) log(p *mcp.LoggingMessageParams) {
 	r.call.Log(string(p.Level), p.Logger, p.Data)
 }
 
-// logLevelMeta is the 2026-07-28 request's own log level in _meta, which
-// a 2026-07-28 server honours for the logs it sends on the request's
-// stream (a 2025-era server ignores it).
-const logLevelMeta = "io.modelcontextprotocol/logLevel"
-
 // setLogLevel asks the server, in the request's _meta, for the call's logs
 // at the level its client asked for.
 func setLogLevel(p *mcp.CallToolParams, level string) {
@@ -60,5 +56,5 @@ func setLogLevel(p *mcp.CallToolParams, level string) {
 	if p.Meta == nil {
 		p.Meta = mcp.Meta{}
 	}
-	p.Meta[logLevelMeta] = level
+	p.Meta[mcpspec.MetaLogLevel] = level // a 2025-era server ignores it
 }
