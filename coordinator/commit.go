@@ -282,11 +282,17 @@ type batchBuilder struct {
 func (b *batchBuilder) add(r *commitReq) bool {
 	if len(b.reqs) == 0 { // the first always goes; too large, etcd says so
 		b.reqs, b.deepest, b.bytes, b.full = append(b.reqs, r), r.ops, r.bytes, r.solo
-		b.reads, b.writes = make(map[string]struct{}, 8*len(r.reads)), make(map[string]struct{}, 8*len(r.writes))
-		b.addKeys(r)
 		return true
 	}
-	if b.full || r.solo || len(b.reqs)+1+max(b.deepest, r.ops) > maxTxnOps || b.bytes+r.bytes > maxBatchBytes || b.conflicts(r) {
+	if b.full || r.solo || len(b.reqs)+1+max(b.deepest, r.ops) > maxTxnOps || b.bytes+r.bytes > maxBatchBytes {
+		return false
+	}
+	if b.reads == nil { // a second decision: a batch of one never builds the key sets
+		first := b.reqs[0]
+		b.reads, b.writes = make(map[string]struct{}, 8*len(first.reads)), make(map[string]struct{}, 8*len(first.writes))
+		b.addKeys(first)
+	}
+	if b.conflicts(r) {
 		return false
 	}
 	b.reqs, b.deepest, b.bytes = append(b.reqs, r), max(b.deepest, r.ops), b.bytes+r.bytes
