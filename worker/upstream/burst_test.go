@@ -8,7 +8,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	mcpgoserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
@@ -22,33 +25,121 @@ import (
 // wire.
 func TestEveryProgressOfABurstArrives(t *testing.T) {
 	const n, rounds = 20, 5
+	// mcp-go's Streamable HTTP server itself drops a notification now and
+	// then (its raw stream carries 19 of 20): what it sent is read off its
+	// wire, and exactly that must arrive.
+	mcpgoTap := &sseTap{}
 	for _, tr := range []struct {
 		name string
 		opts func(*testing.T) upstream.Options
+		tap  *sseTap // what the server sent, where it may send less than n
 	}{
-		{"stdio", func(*testing.T) upstream.Options { return fixtureStdio() }},
-		{"http", func(t *testing.T) upstream.Options { return fixtureHTTP(t, false) }},
-		{"http-2026", func(t *testing.T) upstream.Options { return fixtureHTTP(t, true) }},
-		{"mcp-go-stdio", func(*testing.T) upstream.Options { return mcpgoStdio() }},
+		{"stdio", func(*testing.T) upstream.Options { return fixtureStdio() }, nil},
+		{"http", func(t *testing.T) upstream.Options { return fixtureHTTP(t, false) }, nil},
+		{"http-2026", func(t *testing.T) upstream.Options { return fixtureHTTP(t, true) }, nil},
+		{"mcp-go-stdio", func(*testing.T) upstream.Options { return mcpgoStdio() }, nil},
+		{"mcp-go-http", func(t *testing.T) upstream.Options {
+			return matrixHTTP(t, mcpgoTap.wrap(mcpgoserver.NewStreamableHTTPServer(mcpgoServer())))
+		}, mcpgoTap},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
 			st := startStack(t, tr.opts(t), "burst")
+			calls := 0
 			for _, era := range []string{"2025-11-25", "2026-07-28"} {
 				t.Run(era, func(t *testing.T) {
 					for round := range rounds {
 						got := burstCall(t, st.url, era, round+1, n)
+						calls++
 						want := make([]float64, n)
 						for i := range want {
 							want[i] = float64(i + 1)
 						}
+						if tr.tap != nil {
+							want = tr.tap.burst(t, calls)
+						}
 						if fmt.Sprint(got) != fmt.Sprint(want) {
-							t.Fatalf("round %d: progress %v before the result; want %v", round, got, want)
+							t.Fatalf("round %d: progress %v before the result; the server sent %v", round, got, want)
 						}
 					}
 				})
 			}
 		})
 	}
+}
+
+// sseTap records the progress a Streamable HTTP server wrote on the
+// response stream of each burst call, in the order of the calls.
+type sseTap struct {
+	mu     sync.Mutex
+	bursts [][]float64
+}
+
+func (tp *sseTap) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !bytes.Contains(body, []byte(`"burst"`)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		tee := &teeWriter{ResponseWriter: w}
+		h.ServeHTTP(tee, r)
+		var sent []float64
+		for line := range strings.SplitSeq(tee.written(), "\n") {
+			var m struct {
+				Method string `json:"method"`
+				Params struct {
+					Progress float64 `json:"progress"`
+				} `json:"params"`
+			}
+			if data, ok := strings.CutPrefix(line, "data: "); ok && json.Unmarshal([]byte(data), &m) == nil && m.Method == "notifications/progress" {
+				sent = append(sent, m.Params.Progress)
+			}
+		}
+		tp.mu.Lock()
+		tp.bursts = append(tp.bursts, sent)
+		tp.mu.Unlock()
+	})
+}
+
+// burst is the progress the server sent in its i'th burst call (from 1),
+// once its handler has returned.
+func (tp *sseTap) burst(t *testing.T, i int) []float64 {
+	t.Helper()
+	testcluster.WaitFor(t, "the server's burst stream", func() bool {
+		tp.mu.Lock()
+		defer tp.mu.Unlock()
+		return len(tp.bursts) >= i
+	})
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return tp.bursts[i-1]
+}
+
+// teeWriter keeps a copy of what a handler writes.
+type teeWriter struct {
+	http.ResponseWriter
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	w.buf.Write(b)
+	w.mu.Unlock()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *teeWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *teeWriter) written() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // burstCall calls burst {n} in era with a progress token and returns the

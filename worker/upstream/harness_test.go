@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fixtureServerEnv) != "" {
 		os.Exit(runFixtureServer()) // a fronted server of a test
 	}
+	if sdk := os.Getenv(matrixServerEnv); sdk != "" {
+		os.Exit(runMatrixServer(sdk)) // a matrix server of a test (matrix_test.go)
+	}
 	if os.Getenv(mcpgoServerEnv) != "" {
 		os.Exit(runMcpgoServer()) // a fronted server of a test, on another SDK
 	}
