@@ -26,7 +26,7 @@ import (
 // answer so far, so nothing is asked twice.
 func TestMRTRDrivenByGoSDKClient(t *testing.T) {
 	key := bytes.Repeat([]byte{9}, 32)
-	_, urls, coord := towardStackFull(t, gateway.Options{StateKey: key})
+	_, urls, coord := askingStackFull(t, gateway.Options{StateKey: key})
 	var mu sync.Mutex
 	asked := map[string]int{}
 	count := func(method string) {
@@ -87,7 +87,7 @@ func TestMRTRDrivenByGoSDKClient(t *testing.T) {
 // same rounds with the handlers it registers for 2025's server requests.
 func TestMRTRDrivenByTypeScriptV2Client(t *testing.T) {
 	key := bytes.Repeat([]byte{10}, 32)
-	_, urls, coord := towardStackFull(t, gateway.Options{StateKey: key})
+	_, urls, coord := askingStackFull(t, gateway.Options{StateKey: key})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cmd := nodetest.Node(t, ctx, "mrtr2026.mjs", "--url", urls[0], "--tool", "ask_all", "--args", `{"n":1}`,

@@ -66,7 +66,7 @@ func inputRequest(t *testing.T, r mrtrRound) (key, method, state string) {
 // names other arguments, and once it expired.
 func TestTowardMRTRAcrossReplicas(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, 32)
-	_, urls, coord := towardStackFull(t, gateway.Options{StateKey: key}, gateway.Options{StateKey: key},
+	_, urls, coord := askingStackFull(t, gateway.Options{StateKey: key}, gateway.Options{StateKey: key},
 		gateway.Options{StateKey: key, InputTimeout: time.Nanosecond})
 	answers := map[string]any{
 		"sampling/createMessage": map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "sampled in round one"}},

@@ -45,7 +45,7 @@ func RegisterFixtures(w *worker.Worker) {
 	fixture("test_tool_with_logging", "Sends three log messages while it runs.", withLogging)
 	fixture("test_tool_with_progress", "Reports progress three times.", withProgress)
 	registerDiagnostics(w)
-	registerToward(w)
+	registerAsking(w)
 	registerFixtureOffers(w)
 	registerTaskFixtures(w)
 }

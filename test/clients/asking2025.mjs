@@ -16,7 +16,7 @@ import {
 
 import { CallTracker, emit, errorInfo, makeWireFetch, parseArgs, sleep, splitCommand, tapStdioTransport } from './lib.mjs';
 
-const USAGE = `usage: node toward2025.mjs (--url URL | --stdio 'CMD ARGS') --tool NAME [options]
+const USAGE = `usage: node asking2025.mjs (--url URL | --stdio 'CMD ARGS') --tool NAME [options]
   --args JSON               tool arguments (default {})
   --sampling-text TEXT      answer sampling/createMessage with this text (default "sampled")
   --elicit-content JSON     answer elicitation/create: accept with this content (default {})
@@ -44,7 +44,7 @@ if (opts.url) {
 }
 
 const client = new Client(
-    { name: 'mcpcancel-toward2025', version: '0.0.0' },
+    { name: 'mcpcancel-asking2025', version: '0.0.0' },
     { capabilities: { sampling: {}, elicitation: { form: {}, url: {} }, roots: { listChanged: false } } }
 );
 client.onerror = (e) => emit({ event: 'sdk_error', ...errorInfo(e) });

@@ -25,29 +25,29 @@ import (
 	"github.com/mcpcancel/mcpcancel/worker"
 )
 
-// towardStack is etcd, a coordinator, a worker with the tools that ask
+// askingStack is etcd, a coordinator, a worker with the tools that ask
 // their client, and n gateways.
-func towardStack(t *testing.T, n int) ([]*gateway.Gateway, []string) {
+func askingStack(t *testing.T, n int) ([]*gateway.Gateway, []string) {
 	t.Helper()
-	return towardStackWith(t, make([]gateway.Options, n)...)
+	return askingStackWith(t, make([]gateway.Options, n)...)
 }
 
-// towardStackWith starts one gateway per options.
-func towardStackWith(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string) {
+// askingStackWith starts one gateway per options.
+func askingStackWith(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string) {
 	t.Helper()
-	gs, urls, _ := towardStackFull(t, opts...)
+	gs, urls, _ := askingStackFull(t, opts...)
 	return gs, urls
 }
 
-// towardStackFull also returns a coordinator client, for the audit.
-func towardStackFull(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string, pb.CoordinatorServiceClient) {
+// askingStackFull also returns a coordinator client, for the audit.
+func askingStackFull(t *testing.T, opts ...gateway.Options) ([]*gateway.Gateway, []string, pb.CoordinatorServiceClient) {
 	t.Helper()
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
 	conn := coord.Conn(t)
 	c := pb.NewCoordinatorServiceClient(conn)
-	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "toward"}, registerTowardTools)
-	waitFor(t, "the toward tools", func() bool {
+	testcluster.StartWorker(t, worker.Options{Coordinator: coord.Addr, Name: "asking"}, registerAskingTools)
+	waitFor(t, "the asking tools", func() bool {
 		resp, err := c.ListTools(t.Context(), nil)
 		return err == nil && len(resp.Tools) >= 3
 	})
@@ -77,7 +77,7 @@ func childOutcomes(t *testing.T, c pb.CoordinatorServiceClient, tool string) (re
 	return resp.GetRecords(), outcomes
 }
 
-func registerTowardTools(w *worker.Worker) {
+func registerAskingTools(w *worker.Worker) {
 	obj := json.RawMessage(`{"type":"object"}`)
 	// race asks the client rounds times, each time withdrawing its
 	// request after a random moment, and reports which prompts it got
@@ -154,7 +154,7 @@ func TestTowardRaceWithdrawVersusAnswer(t *testing.T) {
 	if testing.Short() {
 		rounds = 200
 	}
-	gs, _, coord := towardStackFull(t, gateway.Options{})
+	gs, _, coord := askingStackFull(t, gateway.Options{})
 	c := serveStdio(t, gs[0])
 	c.send(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"race","version":"0"}}}`)
 	c.next(t)
@@ -273,8 +273,8 @@ func messageText(t *testing.T, m map[string]any) string {
 // notifications/cancelled for the sampling request (its handler's abort
 // signal fires), and no response for the call.
 func TestTowardTypeScriptCancelWhileSampling(t *testing.T) {
-	_, urls, coord := towardStackFull(t, gateway.Options{})
-	events := runToward(t, "--url", urls[0], "--tool", "hold_sampling", "--cancel-on-sampling=true", "--linger-ms", "500")
+	_, urls, coord := askingStackFull(t, gateway.Options{})
+	events := runAsking(t, "--url", urls[0], "--tool", "hold_sampling", "--cancel-on-sampling=true", "--linger-ms", "500")
 	aborted := eventOf(events, "sampling_aborted")
 	if aborted == nil {
 		t.Fatalf("the sampling handler was never aborted: %v", events)
@@ -301,8 +301,8 @@ func TestTowardTypeScriptCancelWhileSampling(t *testing.T) {
 // The same client declares sampling, elicitation and roots; a tool that
 // asks all three gets what the client's handlers answered.
 func TestTowardTypeScriptAnswers(t *testing.T) {
-	_, urls := towardStack(t, 1)
-	events := runToward(t, "--url", urls[0], "--tool", "ask_all", "--sampling-text", "from the model",
+	_, urls := askingStack(t, 1)
+	events := runAsking(t, "--url", urls[0], "--tool", "ask_all", "--sampling-text", "from the model",
 		"--elicit-content", `{"name":"Ada"}`, "--roots", `[{"uri":"file:///work","name":"work"}]`)
 	res := eventOf(events, "result")
 	if res == nil {
@@ -316,17 +316,17 @@ func TestTowardTypeScriptAnswers(t *testing.T) {
 	}
 }
 
-// runToward runs toward2025.mjs and returns its events.
-func runToward(t *testing.T, args ...string) []map[string]any {
+// runAsking runs asking2025.mjs and returns its events.
+func runAsking(t *testing.T, args ...string) []map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := nodetest.Node(t, ctx, append([]string{"toward2025.mjs", "--no-wire"}, args...)...)
+	cmd := nodetest.Node(t, ctx, append([]string{"asking2025.mjs", "--no-wire"}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Logf("toward2025.mjs: %v\n%s", err, stderr.String())
+		t.Logf("asking2025.mjs: %v\n%s", err, stderr.String())
 	}
 	var events []map[string]any
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -352,7 +352,7 @@ func eventOf(events []map[string]any, name string) map[string]any {
 // to the sampling request to the second, which routes it to the call's
 // worker, and the call completes with it.
 func TestTowardAnswerThroughAnotherReplica(t *testing.T) {
-	_, urls := towardStack(t, 2)
+	_, urls := askingStack(t, 2)
 	init := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"elicitation":{},"roots":{}},"clientInfo":{"name":"t","version":"0"}}}`
 	resp, _ := testcluster.PostMCP(t, urls[0], "", "", init)
 	session := resp.Header.Get("Mcp-Session-Id")

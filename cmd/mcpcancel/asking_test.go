@@ -17,14 +17,14 @@ import (
 	"github.com/mcpcancel/mcpcancel/internal/nodetest"
 )
 
-// TestDevUpstreamTowardClient runs `mcpcancel dev --upstream-stdio`
+// TestDevUpstreamAsksItsClient runs `mcpcancel dev --upstream-stdio`
 // fronting the real server-everything, which registers its sampling,
 // elicitation and roots tools because the adapter declares those
 // capabilities. The official TypeScript client (sdk 1.32.2) declares them
 // too, and each tool returns what the client's handler answered: the
 // server's request went through the adapter and the gateway to the
 // client, and the answer back, under the gateway's own id.
-func TestDevUpstreamTowardClient(t *testing.T) {
+func TestDevUpstreamAsksItsClient(t *testing.T) {
 	url := devFrontingEverything(t)
 	for _, tc := range []struct {
 		tool, args, request string
@@ -37,12 +37,12 @@ func TestDevUpstreamTowardClient(t *testing.T) {
 		t.Run(tc.tool, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
-			cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", tc.tool, "--args", tc.args, "--no-wire",
+			cmd := nodetest.Node(t, ctx, "asking2025.mjs", "--url", url, "--tool", tc.tool, "--args", tc.args, "--no-wire",
 				"--sampling-text", "a sampled answer", "--elicit-content", `{"name":"Ada Lovelace"}`,
 				"--roots", `[{"uri":"file:///srv/project","name":"project"}]`)
 			out, err := cmd.Output()
 			if err != nil {
-				t.Fatalf("toward2025.mjs: %v\n%s", err, out)
+				t.Fatalf("asking2025.mjs: %v\n%s", err, out)
 			}
 			var result, request string
 			for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
@@ -74,7 +74,7 @@ func TestDevUpstreamTowardClient(t *testing.T) {
 	t.Run("trigger-url-elicitation/errorPath", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", "trigger-url-elicitation", "--no-wire",
+		cmd := nodetest.Node(t, ctx, "asking2025.mjs", "--url", url, "--tool", "trigger-url-elicitation", "--no-wire",
 			"--args", `{"url":"https://example.test/authorise","errorPath":true}`)
 		out, _ := cmd.Output() // the call's error is the point: the script exits 1
 		var got struct {
@@ -195,11 +195,11 @@ func TestDevUpstreamRootsOutsideAnyCall(t *testing.T) {
 	url := devFrontingEverything(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := nodetest.Node(t, ctx, "toward2025.mjs", "--url", url, "--tool", "echo", "--args", `{"message":"hi"}`, "--no-wire",
+	cmd := nodetest.Node(t, ctx, "asking2025.mjs", "--url", url, "--tool", "echo", "--args", `{"message":"hi"}`, "--no-wire",
 		"--roots", `[{"uri":"file:///srv/project","name":"project"}]`, "--until-log", "Roots updated")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("toward2025.mjs: %v\n%s", err, out)
+		t.Fatalf("asking2025.mjs: %v\n%s", err, out)
 	}
 	var resultAt, rootsAt = -1, -1
 	var rootsID string

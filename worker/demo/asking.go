@@ -13,7 +13,7 @@ import (
 // The conformance suite's fixtures that ask the client: sampling and
 // elicitation (2025-11-25 tools-call-sampling, tools-call-elicitation,
 // elicitation-sep1034-defaults, elicitation-sep1330-enums).
-func registerToward(w *worker.Worker) {
+func registerAsking(w *worker.Worker) {
 	w.Handle(worker.Tool{Name: "test_sampling", Description: "Asks the client's model to answer a prompt.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"}},"required":["prompt"]}`)}, sampling)
 	w.Handle(worker.Tool{Name: "test_elicitation", Description: "Asks the client's user for a username and email.",
