@@ -158,7 +158,9 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	retried := c.retried
 	c.mu.Unlock()
 	// Until the retry exists, a cancel waits in the gate.
-	if !lost.GetIdempotent() || retried || !time.Now().Before(deadline) || !c.gate.replace() {
+	// A call that resumes a parked one is never placed elsewhere: the
+	// parked work was on the lost worker.
+	if !lost.GetIdempotent() || retried || c.toward.round.pin != "" || !time.Now().Before(deadline) || !c.gate.replace() {
 		return nil
 	}
 	c.mu.Lock()
@@ -198,6 +200,9 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 // was cancelled meanwhile.
 func (c *call) beginFailed(err error, p *routed, beginID string) {
 	tool := p.target
+	if c.pinnedGone(err) { // park.go
+		return
+	}
 	c.setOutcome(outcomeRejected)
 	switch client.Kind(err) {
 	case client.ErrUnknownTool:
@@ -298,6 +303,7 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
 		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope, InputResponses: c.toward.round.inputs,
+		Resume: c.toward.round.resume,
 	})
 	if err != nil {
 		return c.lost(begun, err)
