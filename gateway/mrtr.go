@@ -26,12 +26,15 @@ import (
 // the state; the retry runs the handler again with every answer so far,
 // and each request whose key has an answer returns it without asking, so
 // the handler gets past it. The round's call ends CANCELLED by the tool
-// once its input_required result is out.
+// once its input_required result is out. A handler that must not run
+// again (a fronted server's tool) says its requests are parkable: the
+// round's call is parked on its worker instead, and the retry resumes it
+// there (park.go).
 //
 // requestState is sealed with AES-256-GCM under a key every replica
-// shares (Options.StateKey): it holds the answers of earlier rounds and
-// an expiry, and its additional data binds it to the principal and the
-// request (tool and arguments). State that does not open under the
+// shares (Options.StateKey): it holds the answers of earlier rounds, an
+// expiry, and the worker and park id of a parked call; its additional
+// data binds it to the principal and the request (tool and arguments). State that does not open under the
 // principal and request of the retry, or that expired, is refused with
 // -32602.
 

@@ -227,8 +227,8 @@ func requestOf(ctx context.Context, c *worker.Call, callCtx context.Context, met
 // these questions are related to their call exactly, whatever the
 // transport: the adapter's handlers relay each to the call's client (a
 // 2025-era client gets it on the call's stream; a 2026-07-28 client as
-// the gateway's own input_required, the call running again with the
-// answers so far), and the SDK retries the server. roots/list input
+// the gateway's own input_required, the call parked until the client's
+// retry resumes it, park.go), and the SDK retries the server. roots/list input
 // requests are answered by the SDK with the adapter's roots (none): roots
 // are the session's (above).
 
