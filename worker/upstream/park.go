@@ -92,6 +92,13 @@ func (r *run) park() (worker.Parked, bool) {
 	return r, true
 }
 
+// isParked says whether the run waits, parked, for a call to resume it.
+func (r *run) isParked() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owner == nil && !r.ended
+}
+
 // Abandon implements worker.Parked: no retry resumed the run in time.
 func (r *run) Abandon(cause error) {
 	r.mu.Lock()

@@ -22,6 +22,7 @@ import (
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/etcdtest"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
@@ -96,8 +97,9 @@ func (u *askingServer) ran(name string) int {
 // key, and a worker whose adapter fronts an askingServer over HTTP.
 type parkStack struct {
 	*stack
-	up   *askingServer
-	urls [2]string
+	up     *askingServer
+	urls   [2]string
+	worker *testcluster.Worker
 }
 
 func startParkStack(t *testing.T, inputTimeout time.Duration) *parkStack {
@@ -126,11 +128,35 @@ func startParkStack(t *testing.T, inputTimeout time.Duration) *parkStack {
 	for i := range st.urls {
 		_, st.urls[i] = testcluster.StartGateway(t, c.Conn(t), gateway.Options{StateKey: key, InputTimeout: inputTimeout})
 	}
-	st.adapter, st.stopAdapter = st.startAdapter(t, "adapter", upstream.Options{URL: hs.URL, Sessions: upstream.Shared})
+	st.startWorker(t, upstream.Options{URL: hs.URL, Sessions: upstream.Shared, Logger: testLogger(t)})
 	st.waitTools(t, func(tools map[string]*pb.Tool) bool {
 		return tools["elicit1"] != nil && tools["elicit2"] != nil && tools["elicit_wait"] != nil
 	})
 	return st
+}
+
+// startWorker runs a worker named adapter with an adapter fronting opts,
+// as startAdapter does, and keeps the worker to stop it.
+func (st *parkStack) startWorker(t *testing.T, opts upstream.Options) {
+	t.Helper()
+	st.worker = testcluster.StartWorker(t, worker.Options{Coordinator: st.coordAddr, Name: "adapter"}, func(w *worker.Worker) {
+		st.adapter = upstream.New(w, opts)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- st.adapter.Run(ctx) }() // owned: stopAdapter waits for it
+	st.stopAdapter = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("adapter Run: %v", err)
+		}
+	})
+	t.Cleanup(st.stopAdapter)
+	select {
+	case <-st.adapter.Ready():
+	case err := <-done:
+		t.Fatalf("adapter stopped before its tools were registered: %v", err)
+	}
 }
 
 // client2026 connects a Go SDK client speaking 2026-07-28 to url, with
@@ -334,5 +360,36 @@ func TestParkedUpstreamRetryCancelled(t *testing.T) {
 	}
 	if cancelled != 1 || st.up.ran("elicit_wait") != 1 {
 		t.Fatalf("%d records cancelled by the client, %d runs; want one of each", cancelled, st.up.ran("elicit_wait"))
+	}
+}
+
+// A worker that drains cancels its parked calls at their server (the
+// tool sees its context end, and the server got one
+// notifications/cancelled); a retry that then comes is refused with
+// -32602, saying its question expired, rather than placed on another
+// worker or run anew.
+func TestParkedUpstreamWorkerGone(t *testing.T) {
+	st := startParkStack(t, 0)
+	res, err := client2026(t, st.urls[0]).CallTool(t.Context(), &mcp.CallToolParams{Name: "elicit1", Arguments: map[string]any{}})
+	k := inputRequired(t, res, err)
+	st.worker.Stop()
+	select {
+	case <-st.up.ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked call's upstream tool did not see its context end")
+	}
+	if n := st.up.cancels.Load(); n != 1 {
+		t.Errorf("the server got %d notifications/cancelled; want 1", n)
+	}
+	testcluster.WaitFor(t, "the worker gone from the coordinator", func() bool {
+		resp, err := st.coord.ListWorkers(t.Context(), &pb.ListWorkersRequest{})
+		return err == nil && len(resp.GetWorkers()) == 0
+	})
+	_, err = client2026(t, st.urls[1]).CallTool(t.Context(), answer("elicit1", k, "name", "Ada", res.RequestState))
+	if err == nil || !strings.Contains(err.Error(), "server session is gone") {
+		t.Fatalf("a retry after its worker left was answered %v; want it refused, saying its question expired", err)
+	}
+	if n := st.up.ran("elicit1"); n != 1 {
+		t.Fatalf("the tool ran %d times; want once", n)
 	}
 }

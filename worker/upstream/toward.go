@@ -86,14 +86,15 @@ func (f *inflight) add(r *run, s *mcp.ClientSession) func() {
 // exactly one, and how many there are: a request the server sends on a
 // session serves one of that session's calls, so with an upstream
 // session per client, each client's lone call is found whatever the
-// others run. A parked run counts: its server waits on it.
+// others run. A parked run does not count: its server waits on the
+// request it asked, so a new one is another call's.
 func (f *inflight) only(s *mcp.ClientSession) (*run, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var one *run
 	n := 0
 	for r, sess := range f.calls {
-		if s == nil || sess == s {
+		if (s == nil || sess == s) && !r.isParked() {
 			one, n = r, n+1
 		}
 	}
