@@ -211,9 +211,15 @@ func TestParkedUpstreamRunsOnce(t *testing.T) {
 	t.Run("one question", func(t *testing.T) {
 		res, err := a.CallTool(t.Context(), &mcp.CallToolParams{Name: "elicit1", Arguments: map[string]any{}})
 		k := inputRequired(t, res, err)
+		if n := testcluster.Gauge(t, st.worker.Registry(), "mcpcancel_worker_parked_calls"); n != 1 {
+			t.Fatalf("%v parked calls; want 1", n)
+		}
 		res, err = b.CallTool(t.Context(), answer("elicit1", k, "name", "Ada", res.RequestState))
 		if err != nil || res.IsError || text(res) != "hello Ada" {
 			t.Fatalf("the retry answered %+v, %v; want the tool's greeting", res, err)
+		}
+		if n := testcluster.Gauge(t, st.worker.Registry(), "mcpcancel_worker_parked_calls"); n != 0 {
+			t.Fatalf("%v parked calls after the retry; want none", n)
 		}
 		if n := st.up.ran("elicit1"); n != 1 {
 			t.Fatalf("the upstream tool ran %d times; want once", n)
