@@ -47,7 +47,7 @@ func (s *Server) begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResp
 		rec.RetryOf, reuse, lost = prior.CallID, rev, prior.Worker
 	}
 	for range 5 {
-		w, err := s.pick(ctx, rec, lost)
+		w, err := s.pick(ctx, rec, lost, req.GetPinWorker())
 		if err != nil {
 			return nil, err
 		}
@@ -90,8 +90,12 @@ func (s *Server) newRecord(ctx context.Context, req *pb.BeginRequest) *callRecor
 	}
 }
 
-// pick chooses a live worker for rec, never lost.
-func (s *Server) pick(ctx context.Context, rec *callRecord, lost string) (*workerEntry, error) {
+// pick chooses a live worker for rec, never lost; pin, when set, is the
+// only worker it may choose.
+func (s *Server) pick(ctx context.Context, rec *callRecord, lost, pin string) (*workerEntry, error) {
+	if pin != "" {
+		return s.view.pinned(rec.Method, rec.Tool, pin)
+	}
 	w, err := s.view.pick(rec.Method, rec.Tool, lost)
 	if errors.Is(err, ErrUnknownTool) {
 		// A worker that just attached, perhaps to another replica, may
@@ -174,6 +178,9 @@ func validateBegin(req *pb.BeginRequest) error {
 	}
 	if req.GetTimeout() != nil && req.GetTimeout().AsDuration() < 0 {
 		return invalid("timeout must not be negative")
+	}
+	if req.GetPinWorker() != "" && req.GetRetryOf() != "" {
+		return invalid("a retry of a lost call is placed on another worker: pin_worker and retry_of exclude each other")
 	}
 	if id := req.GetRetryOf(); id != "" && !validCallID(id) {
 		return invalid("retry_of is not a call id")

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"fmt"
+
 	"bytes"
 	"sort"
 	"strings"
@@ -314,4 +316,21 @@ func (v *view) catalogue() ([]*pb.Tool, []*pb.Offer, *pb.Features) {
 	// Offers keep their workers' order, which a fronted server chose.
 	sort.Slice(tools, func(i, j int) bool { return tools[i].Name < tools[j].Name })
 	return tools, offers, features
+}
+
+// pinned returns worker name for a call pinned to it (a 2026-07-28 retry
+// that resumes a call parked there): it must be live, not draining, and
+// still serve the target. Its capacity is not checked: the parked call
+// it resumes is its load already.
+func (v *view) pinned(method, target, name string) (*workerEntry, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.workers[name]
+	if e == nil || e.info.Draining {
+		return nil, fmt.Errorf("%w: worker %s, which holds the call this one resumes, is gone or draining", ErrNotRetryable, name)
+	}
+	if rank, _ := e.serves(method, target); rank == rankNone {
+		return nil, fmt.Errorf("%w: worker %s, which holds the call this one resumes, no longer serves %q", ErrNotRetryable, name, target)
+	}
+	return e, nil
 }

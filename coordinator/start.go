@@ -56,7 +56,7 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 		return err
 	}
 	rec := s.newRecord(ctx, req)
-	w, err := s.pick(ctx, rec, "")
+	w, err := s.pick(ctx, rec, "", req.GetPinWorker())
 	if err != nil {
 		return err
 	}

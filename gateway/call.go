@@ -165,7 +165,9 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	retried := c.retried
 	c.mu.Unlock()
 	// Until the retry exists, a cancel waits in the gate.
-	if !lost.GetIdempotent() || retried || !time.Now().Before(deadline) || !c.gate.replace() {
+	// A call that resumes a parked one is never placed elsewhere: the
+	// parked work was on the lost worker.
+	if !lost.GetIdempotent() || retried || c.toward.round.pin != "" || !time.Now().Before(deadline) || !c.gate.replace() {
 		return nil
 	}
 	c.mu.Lock()
@@ -205,6 +207,9 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 // was cancelled meanwhile.
 func (c *call) beginFailed(err error, p *routed, beginID string) {
 	tool := p.target
+	if c.pinnedGone(err) { // park.go
+		return
+	}
 	c.setOutcome(outcomeRejected)
 	switch client.Kind(err) {
 	case client.ErrUnknownTool:
@@ -306,6 +311,7 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
 		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope, InputResponses: c.toward.round.inputs,
+		Resume: c.toward.round.resume,
 	})
 	if err != nil {
 		return c.lost(begun, err)

@@ -26,12 +26,15 @@ import (
 // the state; the retry runs the handler again with every answer so far,
 // and each request whose key has an answer returns it without asking, so
 // the handler gets past it. The round's call ends CANCELLED by the tool
-// once its input_required result is out.
+// once its input_required result is out. A handler that must not run
+// again (a fronted server's tool) says its requests are parkable: the
+// round's call is parked on its worker instead, and the retry resumes it
+// there (park.go).
 //
 // requestState is sealed with AES-256-GCM under a key every replica
-// shares (Options.StateKey): it holds the answers of earlier rounds and
-// an expiry, and its additional data binds it to the principal and the
-// request (tool and arguments). State that does not open under the
+// shares (Options.StateKey): it holds the answers of earlier rounds, an
+// expiry, and the worker and park id of a parked call; its additional
+// data binds it to the principal and the request (tool and arguments). State that does not open under the
 // principal and request of the retry, or that expired, is refused with
 // -32602.
 
@@ -51,17 +54,25 @@ var (
 type round struct {
 	inputs  map[string][]byte // every answer so far, by key, for the worker
 	pending []inputRequest    // requests of this round gathered so far
+	// The call this one resumes, parked on worker pin (park.go); empty
+	// for a first call, and for retries of native handlers.
+	pin, resume string
 }
 
 type inputRequest struct {
-	key    string
-	method string
-	params json.RawMessage
+	key      string
+	method   string
+	params   json.RawMessage
+	seq      int64
+	parkable bool // the handler waits for the answer (park.go)
 }
 
 type sealedState struct {
 	Expires int64                      `json:"exp"` // Unix nanoseconds
 	Answers map[string]json.RawMessage `json:"answers"`
+	// The parked call the retry resumes: its worker and park id (park.go).
+	Worker string `json:"worker,omitempty"`
+	Park   string `json:"park,omitempty"`
 }
 
 // mrtrParams are the retry's fields of a 2026-07-28 tools/call.
@@ -91,7 +102,8 @@ func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
 		if err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: %v", err)
 		}
-		answers = prior
+		answers = prior.Answers
+		c.toward.round.pin, c.toward.round.resume = prior.Worker, prior.Park
 	}
 	if m.InputResponses != nil {
 		var in map[string]json.RawMessage
@@ -127,28 +139,45 @@ func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, 
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}
-	c.toward.round.pending = append(c.toward.round.pending, inputRequest{key: r.GetKey(), method: r.GetMethod(), params: r.GetParamsJson()})
+	c.toward.round.pending = append(c.toward.round.pending, inputRequest{key: r.GetKey(), method: r.GetMethod(), params: r.GetParamsJson(), seq: r.GetSeq(), parkable: r.GetParkable()})
 	c.toward.note(r.GetSeq(), r.GetMethod(), "input_required")
 	if r.GetMore() {
 		return
 	}
-	reqs := map[string]any{}
-	for _, in := range c.toward.round.pending {
-		reqs[in.key] = map[string]any{"method": in.method, "params": in.params}
+	if c.parkable() {
+		c.parkForRetry(wc, begun) // park.go
+		return
 	}
+	reqs := c.inputRequests()
 	answers := make(map[string]json.RawMessage, len(c.toward.round.inputs))
 	for k, v := range c.toward.round.inputs {
 		answers[k] = v
 	}
-	state, err := c.s.g.sealState(answers, c.s.principal, c.toward.tool, c.toward.args)
+	st := sealedState{Expires: time.Now().Add(c.s.g.opts.InputTimeout).UnixNano(), Answers: answers}
+	c.answerInputRequired(reqs, st, "the tool needs its client's input (2026-07-28 input_required); the client retries the call with its answers")
+}
+
+// inputRequests are the round's requests, by key, as the client gets
+// them.
+func (c *call) inputRequests() map[string]any {
+	reqs := map[string]any{}
+	for _, in := range c.toward.round.pending {
+		reqs[in.key] = map[string]any{"method": in.method, "params": in.params}
+	}
+	return reqs
+}
+
+// answerInputRequired answers the call input_required with st sealed,
+// and ends the round's call: cancelled by the tool, for reason.
+func (c *call) answerInputRequired(reqs map[string]any, st sealedState, reason string) {
+	state, err := c.s.g.sealState(st, c.s.principal, c.toward.tool, c.toward.args)
 	if err != nil {
 		c.s.g.log.Error("sealing requestState", "err", err)
 		return
 	}
 	c.setOutcome("input_required")
 	c.respond(jsonrpc.Response(c.id, map[string]any{"resultType": "input_required", "inputRequests": reqs, "requestState": state}))
-	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL,
-		reason: "the tool needs its client's input (2026-07-28 input_required); the client retries the call with its answers"})
+	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL, reason: reason})
 }
 
 // withoutRound drops a retry's inputResponses and requestState from a
@@ -187,13 +216,14 @@ func (g *Gateway) stateAEAD() (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-// sealState seals the answers so far, for the client to echo.
-func (g *Gateway) sealState(answers map[string]json.RawMessage, principal, tool string, args json.RawMessage) (string, error) {
+// sealState seals st (the answers so far, the parked call if any), for
+// the client to echo.
+func (g *Gateway) sealState(st sealedState, principal, tool string, args json.RawMessage) (string, error) {
 	aead, err := g.stateAEAD()
 	if err != nil {
 		return "", err
 	}
-	plain, err := json.Marshal(sealedState{Expires: time.Now().Add(g.opts.InputTimeout).UnixNano(), Answers: answers})
+	plain, err := json.Marshal(st)
 	if err != nil {
 		return "", err
 	}
@@ -204,7 +234,7 @@ func (g *Gateway) sealState(answers map[string]json.RawMessage, principal, tool 
 }
 
 // openState opens a requestState the client echoed.
-func (g *Gateway) openState(state, principal, tool string, args json.RawMessage) (map[string]json.RawMessage, error) {
+func (g *Gateway) openState(state, principal, tool string, args json.RawMessage) (*sealedState, error) {
 	aead, err := g.stateAEAD()
 	if err != nil {
 		return nil, err
@@ -227,5 +257,5 @@ func (g *Gateway) openState(state, principal, tool string, args json.RawMessage)
 	if st.Answers == nil {
 		st.Answers = map[string]json.RawMessage{}
 	}
-	return st.Answers, nil
+	return &st, nil
 }

@@ -52,12 +52,16 @@ type execution struct {
 	ordered    chan struct{} // closed once a coordinator's order is set
 	last       float64       // last progress sent
 	anySent    bool
-	reported   reported  // last progress the handler reported (progress.go)
-	outcome    string    // for metrics: completed, tool_error, failed, cancelled, lost
-	cancelTime time.Time // when the context was first cancelled
-	stoppedAt  time.Time // when the handler returned; zero while it runs
-	goneBy     time.Time // its caller left: the decision is awaited until then
-	awaiting   bool      // finish awaits the coordinator's order, and reports the stop
+	reported   reported              // last progress the handler reported (progress.go)
+	outcome    string                // for metrics: completed, tool_error, failed, cancelled, lost
+	cancelTime time.Time             // when the context was first cancelled
+	stoppedAt  time.Time             // when the handler returned; zero while it runs
+	goneBy     time.Time             // its caller left: the decision is awaited until then
+	awaiting   bool                  // finish awaits the coordinator's order, and reports the stop
+	park       func() (Parked, bool) // the handler's park hook (park.go)
+	resumed    Parked                // the parked work this call resumes, until its handler takes it
+
+	call *Call // set before the call is tracked
 }
 
 // Execute implements WorkerService.Execute.
@@ -84,18 +88,27 @@ func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		began:         time.Now(),
 	}
 	e.toward.init(ctx, req)
+	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
+		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
+		session: req.GetSession(), logLevel: req.GetLogLevel()}
+	e.call = call
 	if err := w.track(e, req.GetDeadline()); err != nil {
 		return err
 	}
 	defer w.untrack(e)
+	if req.GetResume() != "" {
+		// A 2026-07-28 retry resumes its parked call; a park that is gone
+		// fails it, as the tool must not run anew (park.go).
+		if e.resumed = w.resume(req); e.resumed == nil {
+			run = parkGone
+		}
+		defer e.abandonUnclaimed()
+	}
 	// The call is this worker's now: the headers say so. A task outlives
 	// the stream, and its gateway answers CreateTaskResult once it hears
 	// them; any other call's gateway lets go of its request then (gRPC
 	// keeps a sent request for a retry until it hears from the server).
 	stream.SendHeader(nil)
-	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
-		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
-		session: req.GetSession(), logLevel: req.GetLogLevel()}
 	if req.GetDeadline() == nil {
 		call.Deadline = time.Time{}
 	}

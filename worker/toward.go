@@ -290,7 +290,7 @@ func (e *execution) sendAsked(ctx context.Context, a *asked, method string, para
 		return
 	}
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequest{ClientRequest: &pb.ClientRequest{
-		Seq: a.seq, Method: method, ParamsJson: params, Key: inputKey(ctx, a.seq), More: more,
+		Seq: a.seq, Method: method, ParamsJson: params, Key: inputKey(ctx, a.seq), More: more, Parkable: e.parkable(),
 	}}}) && e.toward.take(a.seq, "cancelled") {
 		a.ch, a.answer = nil, clientAnswer{err: ErrCallEnded}
 	}

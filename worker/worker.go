@@ -48,6 +48,11 @@ type Options struct {
 	// its tasks that no gateway opened, to start them itself (default 5s;
 	// taskruns.go).
 	TaskRunScan time.Duration
+	// MaxParked caps the calls parked here for a 2026-07-28 client's
+	// retry (park.go); default 1024. ParkTTL bounds how long one waits
+	// (default 60s); a gateway may ask for less.
+	MaxParked int
+	ParkTTL   time.Duration
 	// DialOptions and ServerOptions add to the gRPC defaults (plaintext).
 	DialOptions   []grpc.DialOption
 	ServerOptions []grpc.ServerOption
@@ -132,6 +137,7 @@ type Worker struct {
 	hooks    sessionHooks
 	elicited elicitations // URL elicitations' sessions, for CompleteElicitation
 	asks     sessionAsks  // requests toward sessions outside any call (asksession.go)
+	parked   parks        // calls parked for a 2026-07-28 client's retry (park.go)
 	metrics  *metrics
 	conn     *dial.Conn // redialled when found half-dead (see redial)
 	coord    pb.CoordinatorServiceClient
@@ -171,6 +177,7 @@ func New(opts Options) *Worker {
 	}
 	w.ctrl = newControl(w)
 	w.metrics = newMetrics(w)
+	w.metrics.reg.MustRegister(w.parked.gauge())
 	return w
 }
 
@@ -188,6 +195,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxParked == 0 {
+		o.MaxParked = defaultParks
+	}
+	if o.ParkTTL == 0 {
+		o.ParkTTL = defaultParkTTL
 	}
 }
 
@@ -346,6 +359,7 @@ func (w *Worker) drain() {
 	w.mu.Lock()
 	w.draining = true
 	w.mu.Unlock()
+	w.parked.abandonAll(errShutdown)
 	w.ctrl.drain()
 	done := make(chan struct{})
 	go func() { // owned here: ends when the handlers do, and we wait for it

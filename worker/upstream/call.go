@@ -17,11 +17,12 @@ import (
 // errToolTimeout is the cause of a context ended by a tool's own timeout.
 var errToolTimeout = errors.New("upstream: tool timeout")
 
-// handle runs one call on the server. Its ctx is cancelled when the
-// coordinator settles the call without us; the SDK then tells the server
-// (notifications/cancelled with the id it chose), and the result, if one
-// still comes, is dropped.
-func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, error) {
+// runTool runs one call on the server, as a run's (park.go). Its ctx is
+// cancelled when the call that owns the run ends (the coordinator settles
+// it without us), or when its park is abandoned; the SDK then tells the
+// server (notifications/cancelled with the id it chose), and the result,
+// if one still comes, is dropped.
+func (a *Adapter) runTool(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 	tc := a.opts.Config.Tool(c.Tool)
 	// The upstream session first: starting a client session's own server
 	// (per-client, stdio) is bounded by ConnectWait, not by the tool's
@@ -42,10 +43,10 @@ func (a *Adapter) handle(ctx context.Context, c *worker.Call) (*worker.Result, e
 		return nil, callErr(ctx, c, tc, err)
 	}
 	defer release()
-	defer a.calls.add(ctx, c, s)()
+	defer a.calls.add(runOf(ctx), s)()
 	r := a.tokens.add(ctx, c)
 	defer a.tokens.remove(r)
-	ctx = withCall(withRelay(ctx, r), c)
+	ctx = withRelay(ctx, r)
 	res, err := a.callTool(ctx, s, c, r)
 	if err != nil {
 		upErr = err

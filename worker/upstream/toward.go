@@ -59,54 +59,49 @@ func towardCapabilities() *mcp.ClientCapabilities {
 	}
 }
 
-// inflight is the calls being forwarded to the server, and the upstream
-// session each runs on.
+// inflight is the runs of calls being forwarded to the server (park.go),
+// and the upstream session each runs on.
 type inflight struct {
 	mu    sync.Mutex
-	calls map[*worker.Call]flight
+	calls map[*run]*mcp.ClientSession
 }
 
-type flight struct {
-	ctx  context.Context
-	sess *mcp.ClientSession
-}
-
-// add records a call on upstream session s until the returned func is
+// add records run r on upstream session s until the returned func is
 // called.
-func (f *inflight) add(ctx context.Context, c *worker.Call, s *mcp.ClientSession) func() {
+func (f *inflight) add(r *run, s *mcp.ClientSession) func() {
 	f.mu.Lock()
 	if f.calls == nil {
-		f.calls = map[*worker.Call]flight{}
+		f.calls = map[*run]*mcp.ClientSession{}
 	}
-	f.calls[c] = flight{ctx: ctx, sess: s}
+	f.calls[r] = s
 	f.mu.Unlock()
 	return func() {
 		f.mu.Lock()
-		delete(f.calls, c)
+		delete(f.calls, r)
 		f.mu.Unlock()
 	}
 }
 
-// only returns the call in flight on upstream session s if there is
+// only returns the run in flight on upstream session s if there is
 // exactly one, and how many there are: a request the server sends on a
 // session serves one of that session's calls, so with an upstream
 // session per client, each client's lone call is found whatever the
-// others run.
-func (f *inflight) only(s *mcp.ClientSession) (*worker.Call, context.Context, int) {
+// others run. A parked run does not count: its server waits on the
+// request it asked, so a new one is another call's.
+func (f *inflight) only(s *mcp.ClientSession) (*run, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var one *worker.Call
-	var ctx context.Context
+	var one *run
 	n := 0
-	for c, fl := range f.calls {
-		if s == nil || fl.sess == s {
-			one, ctx, n = c, fl.ctx, n+1
+	for r, sess := range f.calls {
+		if (s == nil || sess == s) && !r.isParked() {
+			one, n = r, n+1
 		}
 	}
 	if n != 1 {
-		return nil, nil, n
+		return nil, n
 	}
-	return one, ctx, 1
+	return one, 1
 }
 
 // relayToClient is the receiving middleware of the upstream session kept
@@ -189,13 +184,13 @@ func answerError(err error) error {
 // the server cancels it (ctx) or the call ends.
 func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Request) (json.RawMessage, error) {
 	s, _ := req.GetSession().(*mcp.ClientSession)
-	c, callCtx, n := a.calls.only(s)
-	if c == nil && key != "" {
+	r, n := a.calls.only(s)
+	if r == nil && key != "" {
 		// The upstream session is this client's alone: the request is the
 		// client's, whichever of its calls (if any) it serves.
 		return a.askSession(ctx, key, method, req)
 	}
-	if c == nil {
+	if r == nil {
 		msg := "no call is in flight to relate this request to"
 		if n > 1 {
 			msg = "several calls are in flight and the request does not say which it serves"
@@ -203,7 +198,7 @@ func (a *Adapter) askClient(ctx context.Context, key, method string, req mcp.Req
 		a.log.Info("refusing a server request toward the client", "method", method, "reason", msg)
 		return nil, &jsonrpc.Error{Code: codeNoCall, Message: msg}
 	}
-	return askCall(ctx, c, callCtx, method, req)
+	return r.ask(ctx, method, req)
 }
 
 // askCall relays a request to the client of call c, whose context is
@@ -213,11 +208,17 @@ func askCall(ctx context.Context, c *worker.Call, callCtx context.Context, metho
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
+	raw, err := requestOf(ctx, c, callCtx, method, params)
+	return raw, answerError(err)
+}
+
+// requestOf sends the client of call c, whose context is callCtx, one
+// request; the client's error is returned as the worker gives it.
+func requestOf(ctx context.Context, c *worker.Call, callCtx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(callCtx, cancel)()
 	defer cancel()
-	raw, err := c.Request(ctx, method, params)
-	return raw, answerError(err)
+	return c.Request(ctx, method, params)
 }
 
 // A server that speaks 2026-07-28 asks by multi round-trip: its result is
@@ -227,8 +228,8 @@ func askCall(ctx context.Context, c *worker.Call, callCtx context.Context, metho
 // these questions are related to their call exactly, whatever the
 // transport: the adapter's handlers relay each to the call's client (a
 // 2025-era client gets it on the call's stream; a 2026-07-28 client as
-// the gateway's own input_required, the call running again with the
-// answers so far), and the SDK retries the server. roots/list input
+// the gateway's own input_required, the call parked until the client's
+// retry resumes it, park.go), and the SDK retries the server. roots/list input
 // requests are answered by the SDK with the adapter's roots (none): roots
 // are the session's (above).
 
@@ -248,6 +249,9 @@ func withCall(ctx context.Context, c *worker.Call) context.Context {
 // askInput relays one input request of the server's multi round-trip to
 // the client of the call it serves.
 func askInput(ctx context.Context, method string, req mcp.Request) (json.RawMessage, error) {
+	if r := runOf(ctx); r != nil {
+		return r.ask(ctx, method, req) // a tools/call: its call may be parked
+	}
 	sc, ok := ctx.Value(callKey{}).(servedCall)
 	if !ok {
 		return nil, &jsonrpc.Error{Code: codeNoCall, Message: "the input request serves no call"}

@@ -109,6 +109,7 @@ type Adapter struct {
 	pool        *pool
 	subs        sharedSubs
 	calls       inflight     // for requests toward the client (toward.go)
+	runs        runs         // upstream tools/calls, which a park outlives (park.go)
 	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
 	events      eventsConns  // the connections of the events extension (events.go)
 	start       startFailure // why it could not be started, for WaitReady (conn.go)
@@ -204,6 +205,11 @@ func (a *Adapter) Run(ctx context.Context) error {
 	}
 	a.started = true
 	a.mu.Unlock()
+	// Runs end with Run's context, before the sessions they wait on close
+	// (a session's close waits for its server's requests, which a parked
+	// run holds); the last thing Run does is wait for them.
+	defer a.runs.close()
+	defer context.AfterFunc(ctx, a.runs.end)()
 	a.pool.start(ctx)
 	pooled := make(chan struct{})
 	go func() { a.pool.run(ctx); close(pooled) }() // ends with ctx; waited below

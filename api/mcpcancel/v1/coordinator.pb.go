@@ -171,7 +171,12 @@ type BeginRequest struct {
 	// Names this Begin: 32 lowercase hex digits, chosen at random by its
 	// caller, who may then settle it with AbandonBegin if the reply is lost.
 	// Optional; a Begin without it cannot be abandoned. Start requires it.
-	BeginId       string `protobuf:"bytes,11,opt,name=begin_id,json=beginId,proto3" json:"begin_id,omitempty"`
+	BeginId string `protobuf:"bytes,11,opt,name=begin_id,json=beginId,proto3" json:"begin_id,omitempty"`
+	// Places the call on this worker alone: a 2026-07-28 retry that resumes
+	// a call parked there (ExecuteRequest.resume). Begin fails with reason
+	// NOT_RETRYABLE if the worker is gone, draining, or no longer serves
+	// the target; never another worker.
+	PinWorker     string `protobuf:"bytes,12,opt,name=pin_worker,json=pinWorker,proto3" json:"pin_worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +263,13 @@ func (x *BeginRequest) GetMethod() string {
 func (x *BeginRequest) GetBeginId() string {
 	if x != nil {
 		return x.BeginId
+	}
+	return ""
+}
+
+func (x *BeginRequest) GetPinWorker() string {
+	if x != nil {
+		return x.PinWorker
 	}
 	return ""
 }
@@ -4186,7 +4198,7 @@ var File_mcpcancel_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19mcpcancel/v1/listen.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\x86\x02\n" +
+	"\x1emcpcancel/v1/coordinator.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19mcpcancel/v1/listen.proto\x1a\x18mcpcancel/v1/tasks.proto\x1a\x18mcpcancel/v1/types.proto\"\xa5\x02\n" +
 	"\fBeginRequest\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.mcpcancel.v1.CallKeyR\x03key\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1c\n" +
@@ -4196,7 +4208,9 @@ const file_mcpcancel_v1_coordinator_proto_rawDesc = "" +
 	"\bretry_of\x18\x06 \x01(\tR\aretryOf\x12\x16\n" +
 	"\x06method\x18\n" +
 	" \x01(\tR\x06method\x12\x19\n" +
-	"\bbegin_id\x18\v \x01(\tR\abeginId\"\xa8\x02\n" +
+	"\bbegin_id\x18\v \x01(\tR\abeginId\x12\x1d\n" +
+	"\n" +
+	"pin_worker\x18\f \x01(\tR\tpinWorker\"\xa8\x02\n" +
 	"\rBeginResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x16\n" +

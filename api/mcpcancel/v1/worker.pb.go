@@ -9,6 +9,7 @@ package mcpcancelv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -104,6 +105,12 @@ type ExecuteRequest struct {
 	// requests toward it of earlier rounds, by their keys (each a JSON
 	// result). A request whose key is here is answered without asking.
 	InputResponses map[string][]byte `protobuf:"bytes,22,rep,name=input_responses,json=inputResponses,proto3" json:"input_responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Resumes the call parked under this id (ParkResponse.park_id) instead
+	// of running the handler afresh: the parked handler goes on under this
+	// call, its pending requests answered from input_responses. A park
+	// that is gone (expired, cancelled, or another principal's or tool's)
+	// fails the call with ErrParkGone's text; the tool is never run anew.
+	Resume string `protobuf:"bytes,23,opt,name=resume,proto3" json:"resume,omitempty"`
 	// The MCP method; empty means tools/call. tool then names the target as
 	// BeginRequest.tool does.
 	Method string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`
@@ -247,6 +254,13 @@ func (x *ExecuteRequest) GetInputResponses() map[string][]byte {
 		return x.InputResponses
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetResume() string {
+	if x != nil {
+		return x.Resume
+	}
+	return ""
 }
 
 func (x *ExecuteRequest) GetMethod() string {
@@ -604,7 +618,11 @@ type ClientRequest struct {
 	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	// More requests follow at once: a 2026-07-28 gateway gathers them into
 	// one input_required result.
-	More          bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	More bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	// The handler waits for the answer rather than running again: a
+	// 2026-07-28 gateway parks the call (Park) when it answers
+	// input_required.
+	Parkable      bool `protobuf:"varint,6,opt,name=parkable,proto3" json:"parkable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -670,6 +688,13 @@ func (x *ClientRequest) GetKey() string {
 func (x *ClientRequest) GetMore() bool {
 	if x != nil {
 		return x.More
+	}
+	return false
+}
+
+func (x *ClientRequest) GetParkable() bool {
+	if x != nil {
+		return x.Parkable
 	}
 	return false
 }
@@ -1362,11 +1387,127 @@ func (x *Failed) GetInitiator() Initiator {
 	return Initiator_INITIATOR_UNSPECIFIED
 }
 
+type ParkRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The scope of the call; it must be the call's.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// How long the park waits for the client's retry; the worker caps it.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParkRequest) Reset() {
+	*x = ParkRequest{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParkRequest) ProtoMessage() {}
+
+func (x *ParkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParkRequest.ProtoReflect.Descriptor instead.
+func (*ParkRequest) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ParkRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ParkRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ParkRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type ParkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Names the parked call for its resumption: unguessable, 32 hex digits.
+	ParkId string `protobuf:"bytes,1,opt,name=park_id,json=parkId,proto3" json:"park_id,omitempty"`
+	// When the park ends if no retry resumes it.
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParkResponse) Reset() {
+	*x = ParkResponse{}
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParkResponse) ProtoMessage() {}
+
+func (x *ParkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mcpcancel_v1_worker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParkResponse.ProtoReflect.Descriptor instead.
+func (*ParkResponse) Descriptor() ([]byte, []int) {
+	return file_mcpcancel_v1_worker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ParkResponse) GetParkId() string {
+	if x != nil {
+		return x.ParkId
+	}
+	return ""
+}
+
+func (x *ParkResponse) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
 var File_mcpcancel_v1_worker_proto protoreflect.FileDescriptor
 
 const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xac\x05\n" +
+	"\x19mcpcancel/v1/worker.proto\x12\fmcpcancel.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mcpcancel/v1/types.proto\"\xc4\x05\n" +
 	"\x0eExecuteRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\x03R\x05fence\x12\x1c\n" +
@@ -1381,6 +1522,7 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\x18client_capabilities_json\x18\x14 \x01(\fR\x16clientCapabilitiesJson\x12\x14\n" +
 	"\x05scope\x18\x15 \x01(\tR\x05scope\x12Y\n" +
 	"\x0finput_responses\x18\x16 \x03(\v20.mcpcancel.v1.ExecuteRequest.InputResponsesEntryR\x0einputResponses\x12\x16\n" +
+	"\x06resume\x18\x17 \x01(\tR\x06resume\x12\x16\n" +
 	"\x06method\x18\n" +
 	" \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\v \x01(\fR\n" +
@@ -1408,14 +1550,15 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\vparams_json\x18\x02 \x01(\fR\n" +
 	"paramsJson\"\x1d\n" +
 	"\tTaskStart\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x80\x01\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x9c\x01\n" +
 	"\rClientRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x1f\n" +
 	"\vparams_json\x18\x03 \x01(\fR\n" +
 	"paramsJson\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
-	"\x04more\x18\x05 \x01(\bR\x04more\"z\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\x12\x1a\n" +
+	"\bparkable\x18\x06 \x01(\bR\bparkable\"z\n" +
 	"\x10ClientRequestEnd\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12<\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\".mcpcancel.v1.ClientRequestOutcomeR\aoutcome\x12\x16\n" +
@@ -1463,15 +1606,23 @@ const file_mcpcancel_v1_worker_proto_rawDesc = "" +
 	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"W\n" +
 	"\x06Failed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x125\n" +
-	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator*\x89\x01\n" +
+	"\tinitiator\x18\x02 \x01(\x0e2\x17.mcpcancel.v1.InitiatorR\tinitiator\"i\n" +
+	"\vParkRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"]\n" +
+	"\fParkResponse\x12\x17\n" +
+	"\apark_id\x18\x01 \x01(\tR\x06parkId\x124\n" +
+	"\aexpires\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires*\x89\x01\n" +
 	"\x14ClientRequestOutcome\x12&\n" +
 	"\"CLIENT_REQUEST_OUTCOME_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fCLIENT_REQUEST_OUTCOME_ANSWERED\x10\x01\x12$\n" +
-	" CLIENT_REQUEST_OUTCOME_WITHDRAWN\x10\x022\xf2\x01\n" +
+	" CLIENT_REQUEST_OUTCOME_WITHDRAWN\x10\x022\xb1\x02\n" +
 	"\rWorkerService\x12H\n" +
 	"\aExecute\x12\x1c.mcpcancel.v1.ExecuteRequest\x1a\x1d.mcpcancel.v1.ExecuteResponse0\x01\x12C\n" +
 	"\x06Answer\x12\x1b.mcpcancel.v1.AnswerRequest\x1a\x1c.mcpcancel.v1.AnswerResponse\x12R\n" +
-	"\vCallersGone\x12 .mcpcancel.v1.CallersGoneRequest\x1a!.mcpcancel.v1.CallersGoneResponseB\xad\x01\n" +
+	"\vCallersGone\x12 .mcpcancel.v1.CallersGoneRequest\x1a!.mcpcancel.v1.CallersGoneResponse\x12=\n" +
+	"\x04Park\x12\x19.mcpcancel.v1.ParkRequest\x1a\x1a.mcpcancel.v1.ParkResponseB\xad\x01\n" +
 	"\x10com.mcpcancel.v1B\vWorkerProtoP\x01Z;github.com/mcpcancel/mcpcancel/api/mcpcancel/v1;mcpcancelv1\xa2\x02\x03MXX\xaa\x02\fMcpcancel.V1\xca\x02\fMcpcancel\\V1\xe2\x02\x18Mcpcancel\\V1\\GPBMetadata\xea\x02\rMcpcancel::V1b\x06proto3"
 
 var (
@@ -1487,7 +1638,7 @@ func file_mcpcancel_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_mcpcancel_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_mcpcancel_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(ClientRequestOutcome)(0),     // 0: mcpcancel.v1.ClientRequestOutcome
 	(*ExecuteRequest)(nil),        // 1: mcpcancel.v1.ExecuteRequest
@@ -1506,13 +1657,16 @@ var file_mcpcancel_v1_worker_proto_goTypes = []any{
 	(*ExecuteResult)(nil),         // 14: mcpcancel.v1.ExecuteResult
 	(*Cancelled)(nil),             // 15: mcpcancel.v1.Cancelled
 	(*Failed)(nil),                // 16: mcpcancel.v1.Failed
-	nil,                           // 17: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(Initiator)(0),                // 19: mcpcancel.v1.Initiator
+	(*ParkRequest)(nil),           // 17: mcpcancel.v1.ParkRequest
+	(*ParkResponse)(nil),          // 18: mcpcancel.v1.ParkResponse
+	nil,                           // 19: mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(Initiator)(0),                // 21: mcpcancel.v1.Initiator
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
 }
 var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
-	18, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
-	17, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
+	20, // 0: mcpcancel.v1.ExecuteRequest.deadline:type_name -> google.protobuf.Timestamp
+	19, // 1: mcpcancel.v1.ExecuteRequest.input_responses:type_name -> mcpcancel.v1.ExecuteRequest.InputResponsesEntry
 	13, // 2: mcpcancel.v1.ExecuteResponse.progress:type_name -> mcpcancel.v1.Progress
 	14, // 3: mcpcancel.v1.ExecuteResponse.result:type_name -> mcpcancel.v1.ExecuteResult
 	15, // 4: mcpcancel.v1.ExecuteResponse.cancelled:type_name -> mcpcancel.v1.Cancelled
@@ -1524,20 +1678,24 @@ var file_mcpcancel_v1_worker_proto_depIdxs = []int32{
 	3,  // 10: mcpcancel.v1.ExecuteResponse.notification:type_name -> mcpcancel.v1.CallNotification
 	0,  // 11: mcpcancel.v1.ClientRequestEnd.outcome:type_name -> mcpcancel.v1.ClientRequestOutcome
 	8,  // 12: mcpcancel.v1.AnswerRequest.error:type_name -> mcpcancel.v1.ClientError
-	18, // 13: mcpcancel.v1.CallersGoneRequest.decide_by:type_name -> google.protobuf.Timestamp
-	19, // 14: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
-	19, // 15: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
-	1,  // 16: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
-	7,  // 17: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
-	10, // 18: mcpcancel.v1.WorkerService.CallersGone:input_type -> mcpcancel.v1.CallersGoneRequest
-	2,  // 19: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
-	9,  // 20: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
-	11, // 21: mcpcancel.v1.WorkerService.CallersGone:output_type -> mcpcancel.v1.CallersGoneResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	20, // 13: mcpcancel.v1.CallersGoneRequest.decide_by:type_name -> google.protobuf.Timestamp
+	21, // 14: mcpcancel.v1.Cancelled.initiator:type_name -> mcpcancel.v1.Initiator
+	21, // 15: mcpcancel.v1.Failed.initiator:type_name -> mcpcancel.v1.Initiator
+	22, // 16: mcpcancel.v1.ParkRequest.ttl:type_name -> google.protobuf.Duration
+	20, // 17: mcpcancel.v1.ParkResponse.expires:type_name -> google.protobuf.Timestamp
+	1,  // 18: mcpcancel.v1.WorkerService.Execute:input_type -> mcpcancel.v1.ExecuteRequest
+	7,  // 19: mcpcancel.v1.WorkerService.Answer:input_type -> mcpcancel.v1.AnswerRequest
+	10, // 20: mcpcancel.v1.WorkerService.CallersGone:input_type -> mcpcancel.v1.CallersGoneRequest
+	17, // 21: mcpcancel.v1.WorkerService.Park:input_type -> mcpcancel.v1.ParkRequest
+	2,  // 22: mcpcancel.v1.WorkerService.Execute:output_type -> mcpcancel.v1.ExecuteResponse
+	9,  // 23: mcpcancel.v1.WorkerService.Answer:output_type -> mcpcancel.v1.AnswerResponse
+	11, // 24: mcpcancel.v1.WorkerService.CallersGone:output_type -> mcpcancel.v1.CallersGoneResponse
+	18, // 25: mcpcancel.v1.WorkerService.Park:output_type -> mcpcancel.v1.ParkResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_mcpcancel_v1_worker_proto_init() }
@@ -1568,7 +1726,7 @@ func file_mcpcancel_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mcpcancel_v1_worker_proto_rawDesc), len(file_mcpcancel_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

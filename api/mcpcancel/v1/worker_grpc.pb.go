@@ -22,6 +22,7 @@ const (
 	WorkerService_Execute_FullMethodName     = "/mcpcancel.v1.WorkerService/Execute"
 	WorkerService_Answer_FullMethodName      = "/mcpcancel.v1.WorkerService/Answer"
 	WorkerService_CallersGone_FullMethodName = "/mcpcancel.v1.WorkerService/CallersGone"
+	WorkerService_Park_FullMethodName        = "/mcpcancel.v1.WorkerService/Park"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -48,6 +49,14 @@ type WorkerServiceClient interface {
 	// cancels a call on its own account. Only the connection whose Execute
 	// stream runs a call may say so; other calls, and tasks, are left alone.
 	CallersGone(ctx context.Context, in *CallersGoneRequest, opts ...grpc.CallOption) (*CallersGoneResponse, error)
+	// Park keeps a call's pending requests toward its client waiting past
+	// the call's end, for a 2026-07-28 client that answers them by multi
+	// round-trip: the handler (a fronted server's tool) is not stopped and
+	// not run again; the client's retry resumes it (ExecuteRequest.resume).
+	// FAILED_PRECONDITION when the call's requests are not parkable (a
+	// native handler, which runs again with the answers instead);
+	// RESOURCE_EXHAUSTED when the worker holds its limit of parked calls.
+	Park(ctx context.Context, in *ParkRequest, opts ...grpc.CallOption) (*ParkResponse, error)
 }
 
 type workerServiceClient struct {
@@ -97,6 +106,16 @@ func (c *workerServiceClient) CallersGone(ctx context.Context, in *CallersGoneRe
 	return out, nil
 }
 
+func (c *workerServiceClient) Park(ctx context.Context, in *ParkRequest, opts ...grpc.CallOption) (*ParkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ParkResponse)
+	err := c.cc.Invoke(ctx, WorkerService_Park_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -121,6 +140,14 @@ type WorkerServiceServer interface {
 	// cancels a call on its own account. Only the connection whose Execute
 	// stream runs a call may say so; other calls, and tasks, are left alone.
 	CallersGone(context.Context, *CallersGoneRequest) (*CallersGoneResponse, error)
+	// Park keeps a call's pending requests toward its client waiting past
+	// the call's end, for a 2026-07-28 client that answers them by multi
+	// round-trip: the handler (a fronted server's tool) is not stopped and
+	// not run again; the client's retry resumes it (ExecuteRequest.resume).
+	// FAILED_PRECONDITION when the call's requests are not parkable (a
+	// native handler, which runs again with the answers instead);
+	// RESOURCE_EXHAUSTED when the worker holds its limit of parked calls.
+	Park(context.Context, *ParkRequest) (*ParkResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -139,6 +166,9 @@ func (UnimplementedWorkerServiceServer) Answer(context.Context, *AnswerRequest) 
 }
 func (UnimplementedWorkerServiceServer) CallersGone(context.Context, *CallersGoneRequest) (*CallersGoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CallersGone not implemented")
+}
+func (UnimplementedWorkerServiceServer) Park(context.Context, *ParkRequest) (*ParkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Park not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -208,6 +238,24 @@ func _WorkerService_CallersGone_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_Park_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ParkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).Park(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_Park_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).Park(ctx, req.(*ParkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -222,6 +270,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CallersGone",
 			Handler:    _WorkerService_CallersGone_Handler,
+		},
+		{
+			MethodName: "Park",
+			Handler:    _WorkerService_Park_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
