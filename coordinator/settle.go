@@ -43,7 +43,7 @@ type decision struct {
 	// cancel_lost.
 	late bool
 	// children are the requests the call sent toward its client, for the
-	// audit record (toward.go).
+	// audit record (childrequests.go).
 	children []client.ChildRequest
 	// toolError says a completion carries the tool's own error result: it
 	// is audited as tool_error.

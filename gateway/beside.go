@@ -82,7 +82,7 @@ func (c *call) begin(p *routed, beginID string) (*pb.BeginResponse, *started, er
 	req := &pb.BeginRequest{
 		Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}, Tool: p.target, Method: p.beginMethod(),
 		Principal: c.s.principal, Gateway: g.opts.Name, Timeout: durationpb.New(g.opts.CallTimeout),
-		BeginId: beginID, PinWorker: c.toward.round.pin,
+		BeginId: beginID, PinWorker: c.children.roundTrip.pin,
 	}
 	ctx, cancel := context.WithTimeout(c.traced(g.base), g.opts.CallTimeout)
 	if !g.starts.beside() {

@@ -52,7 +52,7 @@ type call struct {
 	placement []byte
 	fence     int64
 
-	toward toward // requests toward the client (outbound.go)
+	children childRequests // requests toward the client (outbound.go)
 }
 
 func (c *call) idText() string { b, _ := json.Marshal(c.id); return string(b) }
@@ -72,7 +72,7 @@ func (s *session) handleCall(ctx context.Context, m *jsonrpc.Message, params *in
 	c := &call{s: s, id: m.ID, method: p.method, target: p.target, reply: reply, rev2026: s.speaks2026(),
 		logLevel: p.logLevel, scopes: identityFrom(ctx).Scopes, token: p.token,
 		span: requestSpan(ctx)}
-	c.toward.caps = s.capabilitiesFor(params)
+	c.children.caps = s.capabilitiesFor(params)
 	if e := c.openRound(params, p); e != nil {
 		reply.send(jsonrpc.ErrorResponse(m.ID, true, e))
 		return
@@ -167,7 +167,7 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	// Until the retry exists, a cancel waits in the gate.
 	// A call that resumes a parked one is never placed elsewhere: the
 	// parked work was on the lost worker.
-	if !lost.GetIdempotent() || retried || c.toward.round.pin != "" || !time.Now().Before(deadline) || !c.gate.replace() {
+	if !lost.GetIdempotent() || retried || c.children.roundTrip.pin != "" || !time.Now().Before(deadline) || !c.gate.replace() {
 		return nil
 	}
 	c.mu.Lock()
@@ -310,8 +310,8 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 		Deadline: begun.GetDeadline(), Progress: c.token != nil,
 		Worker: begun.GetWorker(), Principal: c.s.principal, Scopes: c.scopes,
 		Session: c.sessionKey(), LogLevel: c.wantedLevel(),
-		ClientCapabilitiesJson: c.toward.caps, Scope: c.s.scope, InputResponses: c.toward.round.inputs,
-		Resume: c.toward.round.resume,
+		ClientCapabilitiesJson: c.children.caps, Scope: c.s.scope, InputResponses: c.children.roundTrip.inputs,
+		Resume: c.children.roundTrip.resume,
 	})
 	if err != nil {
 		return c.lost(begun, err)

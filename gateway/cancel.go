@@ -203,7 +203,7 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 	defer cancel()
 	resp, err := g.coord.Cancel(ctx, &pb.CancelRequest{
 		Target:    &pb.CancelRequest_Key{Key: &pb.CallKey{Scope: c.s.scope, RequestId: requestID(c.id)}},
-		Initiator: o.who, Reason: o.reason, Principal: c.s.principal, ChildRequests: c.toward.children(),
+		Initiator: o.who, Reason: o.reason, Principal: c.s.principal, ChildRequests: c.children.records(),
 	})
 	if err != nil {
 		g.log.Warn("cancel failed", "scope", c.s.scope, "id", c.idText(), "err", err)

@@ -50,8 +50,8 @@ var (
 	errStateExpired  = errors.New("requestState expired; call the tool again without it")
 )
 
-// round is a 2026-07-28 call's part in multi round-trip requests.
-type round struct {
+// roundTrip is a 2026-07-28 call's part in a multi round-trip request.
+type roundTrip struct {
 	inputs  map[string][]byte // every answer so far, by key, for the worker
 	pending []inputRequest    // requests of this round gathered so far
 	// The call this one resumes, parked on worker pin (park.go); empty
@@ -87,10 +87,10 @@ func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
 	if !c.rev2026 {
 		return nil // 2025 clients answer requests; nothing answers for them
 	}
-	c.toward.tool, c.toward.args = p.method+" "+p.target, p.arguments
+	c.children.tool, c.children.args = p.method+" "+p.target, p.arguments
 	if p.method != "tools/call" {
 		// A retry's own fields are not part of the request it repeats.
-		c.toward.args = withoutRound(p.params)
+		c.children.args = withoutRoundTrip(p.params)
 	}
 	m := mrtrParams{InputResponses: params.InputResponses}
 	if len(params.RequestState) > 0 {
@@ -98,12 +98,12 @@ func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
 	}
 	answers := map[string]json.RawMessage{}
 	if m.RequestState != nil {
-		prior, err := c.s.g.openState(*m.RequestState, c.s.principal, c.toward.tool, c.toward.args)
+		prior, err := c.s.g.openState(*m.RequestState, c.s.principal, c.children.tool, c.children.args)
 		if err != nil {
 			return jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "Invalid params: %v", err)
 		}
 		answers = prior.Answers
-		c.toward.round.pin, c.toward.round.resume = prior.Worker, prior.Park
+		c.children.roundTrip.pin, c.children.roundTrip.resume = prior.Worker, prior.Park
 	}
 	if m.InputResponses != nil {
 		var in map[string]json.RawMessage
@@ -118,9 +118,9 @@ func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
 		}
 	}
 	if len(answers) > 0 {
-		c.toward.round.inputs = make(map[string][]byte, len(answers))
+		c.children.roundTrip.inputs = make(map[string][]byte, len(answers))
 		for k, v := range answers {
-			c.toward.round.inputs[k] = v
+			c.children.roundTrip.inputs[k] = v
 		}
 	}
 	return nil
@@ -130,17 +130,17 @@ func (c *call) openRound(params *inParams, p *routed) *jsonrpc.Error {
 // after the last of a batch it answers the call input_required and ends
 // the round's call.
 func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *pb.ClientRequest) {
-	c.toward.note(r.GetSeq(), r.GetMethod(), "")
+	c.children.note(r.GetSeq(), r.GetMethod(), "")
 	if !slices.Contains(mrtrMethods, c.method) {
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "a 2026-07-28 client can be asked for input only in tools/call, prompts/get and resources/read")
 		return
 	}
-	if _, ok := mcpspec.Declared(c.toward.caps, r.GetMethod(), r.GetParamsJson()); !ok {
+	if _, ok := mcpspec.Declared(c.children.caps, r.GetMethod(), r.GetParamsJson()); !ok {
 		c.refuse(wc, begun.GetCallId(), r.GetSeq(), jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}
-	c.toward.round.pending = append(c.toward.round.pending, inputRequest{key: r.GetKey(), method: r.GetMethod(), params: r.GetParamsJson(), seq: r.GetSeq(), parkable: r.GetParkable()})
-	c.toward.note(r.GetSeq(), r.GetMethod(), "input_required")
+	c.children.roundTrip.pending = append(c.children.roundTrip.pending, inputRequest{key: r.GetKey(), method: r.GetMethod(), params: r.GetParamsJson(), seq: r.GetSeq(), parkable: r.GetParkable()})
+	c.children.note(r.GetSeq(), r.GetMethod(), "input_required")
 	if r.GetMore() {
 		return
 	}
@@ -149,8 +149,8 @@ func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, 
 		return
 	}
 	reqs := c.inputRequests()
-	answers := make(map[string]json.RawMessage, len(c.toward.round.inputs))
-	for k, v := range c.toward.round.inputs {
+	answers := make(map[string]json.RawMessage, len(c.children.roundTrip.inputs))
+	for k, v := range c.children.roundTrip.inputs {
 		answers[k] = v
 	}
 	st := sealedState{Expires: time.Now().Add(c.s.g.opts.InputTimeout).UnixNano(), Answers: answers}
@@ -161,7 +161,7 @@ func (c *call) parkForInput(wc pb.WorkerServiceClient, begun *pb.BeginResponse, 
 // them.
 func (c *call) inputRequests() map[string]any {
 	reqs := map[string]any{}
-	for _, in := range c.toward.round.pending {
+	for _, in := range c.children.roundTrip.pending {
 		reqs[in.key] = map[string]any{"method": in.method, "params": in.params}
 	}
 	return reqs
@@ -170,7 +170,7 @@ func (c *call) inputRequests() map[string]any {
 // answerInputRequired answers the call input_required with st sealed,
 // and ends the round's call: cancelled by the tool, for reason.
 func (c *call) answerInputRequired(reqs map[string]any, st sealedState, reason string) {
-	state, err := c.s.g.sealState(st, c.s.principal, c.toward.tool, c.toward.args)
+	state, err := c.s.g.sealState(st, c.s.principal, c.children.tool, c.children.args)
 	if err != nil {
 		c.s.g.log.Error("sealing requestState", "err", err)
 		return
@@ -180,10 +180,10 @@ func (c *call) answerInputRequired(reqs map[string]any, st sealedState, reason s
 	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL, reason: reason})
 }
 
-// withoutRound drops a retry's inputResponses and requestState from a
+// withoutRoundTrip drops a retry's inputResponses and requestState from a
 // request's params, leaving what names the request (the prompt's name and
 // arguments, the resource's URI), which its requestState is bound to.
-func withoutRound(params json.RawMessage) json.RawMessage {
+func withoutRoundTrip(params json.RawMessage) json.RawMessage {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(params, &m) != nil || m == nil {
 		return params

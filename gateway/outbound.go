@@ -39,14 +39,15 @@ type outReq struct {
 	wc     pb.WorkerServiceClient
 }
 
-// toward is a call's part in requests toward its client.
-type toward struct {
+// childRequests are a call's requests toward its client: the audit names
+// them its child requests.
+type childRequests struct {
 	caps json.RawMessage // the capabilities the client declared
 	wg   sync.WaitGroup  // refusals on their way to the worker
 
-	tool  string          // 2026-07-28: what requestState is bound to (mrtr.go)
-	args  json.RawMessage //
-	round round           // 2026-07-28 multi round-trip requests (mrtr.go)
+	tool      string          // 2026-07-28: what requestState is bound to (mrtr.go)
+	args      json.RawMessage //
+	roundTrip roundTrip       // 2026-07-28 multi round-trip requests (mrtr.go)
 
 	mu  sync.Mutex
 	log []*pb.ChildRequest // the call's requests toward its client, for its audit
@@ -54,7 +55,7 @@ type toward struct {
 
 // note records a request toward the client, or how it ended; outcome ""
 // is pending.
-func (t *toward) note(seq int64, method, outcome string) {
+func (t *childRequests) note(seq int64, method, outcome string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.log {
@@ -72,7 +73,7 @@ func (t *toward) note(seq int64, method, outcome string) {
 // children are the call's requests toward its client as the gateway saw
 // them, for the audit record of a cancel it asks for: those still
 // pending are cancelled with the call.
-func (t *toward) children() []*pb.ChildRequest {
+func (t *childRequests) records() []*pb.ChildRequest {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]*pb.ChildRequest, 0, len(t.log))
@@ -127,8 +128,8 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 		c.parkForInput(wc, begun, r)
 		return
 	}
-	c.toward.note(seq, r.GetMethod(), "")
-	if _, ok := mcpspec.Declared(c.toward.caps, r.GetMethod(), r.GetParamsJson()); !ok {
+	c.children.note(seq, r.GetMethod(), "")
+	if _, ok := mcpspec.Declared(c.children.caps, r.GetMethod(), r.GetParamsJson()); !ok {
 		c.refuse(wc, callID, seq, jsonrpc.CodeMethodNotFound, "the client did not declare the capability "+r.GetMethod()+" needs")
 		return
 	}
@@ -139,10 +140,10 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 	o := &outReq{c: c, id: outboundID(callID, seq), callID: callID, seq: seq, wc: wc}
 	s := c.s
 	s.mu.Lock()
-	if s.toward == nil {
-		s.toward = map[string]*outReq{}
+	if s.childByID == nil {
+		s.childByID = map[string]*outReq{}
 	}
-	s.toward[o.id.Key()] = o
+	s.childByID[o.id.Key()] = o
 	s.mu.Unlock()
 	ok := c.gate.relay(func() bool {
 		return c.reply.send(jsonrpc.Request(o.id, r.GetMethod(), json.RawMessage(r.GetParamsJson())))
@@ -156,10 +157,10 @@ func (c *call) askClient(wc pb.WorkerServiceClient, begun *pb.BeginResponse, r *
 // refuse answers a request toward the client with an error, without
 // asking the client.
 func (c *call) refuse(wc pb.WorkerServiceClient, callID string, seq int64, code int, msg string) {
-	c.toward.note(seq, "", "refused")
+	c.children.note(seq, "", "refused")
 	req := &pb.AnswerRequest{CallId: callID, Scope: c.s.scope, Seq: seq,
 		Answer: &pb.AnswerRequest_Error{Error: &pb.ClientError{Code: int64(code), Message: msg}}}
-	c.toward.wg.Go(func() {
+	c.children.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.s.g.base), cancelTimeout)
 		defer cancel()
 		wc.Answer(ctx, req)
@@ -169,10 +170,10 @@ func (c *call) refuse(wc pb.WorkerServiceClient, callID string, seq int64, code 
 func (s *session) dropOutbound(o *outReq) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.toward[o.id.Key()] != o {
+	if s.childByID[o.id.Key()] != o {
 		return false
 	}
-	delete(s.toward, o.id.Key())
+	delete(s.childByID, o.id.Key())
 	return true
 }
 
@@ -180,7 +181,7 @@ func (s *session) dropOutbound(o *outReq) bool {
 // client (or could have: a cancel naming one is the wrong direction).
 func (s *session) isOutbound(id jsonrpc.ID) bool {
 	s.mu.Lock()
-	_, ok := s.toward[id.Key()]
+	_, ok := s.childByID[id.Key()]
 	s.mu.Unlock()
 	_, _, ours := parseOutboundID(id)
 	_, _, asked := client.ParseSessionRequestID(id.Str())
@@ -193,17 +194,17 @@ func (c *call) clientRequestEnded(callID string, e *pb.ClientRequestEnd) {
 	s := c.s
 	id := outboundID(callID, e.GetSeq())
 	s.mu.Lock()
-	o := s.toward[id.Key()]
+	o := s.childByID[id.Key()]
 	s.mu.Unlock()
 	if o == nil || o.c != c || !s.dropOutbound(o) {
 		return
 	}
 	if e.GetOutcome() == pb.ClientRequestOutcome_CLIENT_REQUEST_OUTCOME_WITHDRAWN {
-		c.toward.note(e.GetSeq(), "", "withdrawn")
+		c.children.note(e.GetSeq(), "", "withdrawn")
 		c.cancelAtClient(o, e.GetReason())
 		return
 	}
-	c.toward.note(e.GetSeq(), "", "answered")
+	c.children.note(e.GetSeq(), "", "answered")
 }
 
 // cancelAtClient withdraws a request toward the client. A client that
@@ -225,13 +226,13 @@ func (c *call) cancelAtClient(o *outReq, reason string) {
 // endChildren cancels at the client every request of the call still
 // pending when the call ends, however it ended.
 func (s *session) endChildren(c *call) {
-	c.toward.wg.Wait()
+	c.children.wg.Wait()
 	s.mu.Lock()
 	var ended []*outReq
-	for k, o := range s.toward {
+	for k, o := range s.childByID {
 		if o.c == c {
 			ended = append(ended, o)
-			delete(s.toward, k)
+			delete(s.childByID, k)
 		}
 	}
 	s.mu.Unlock()
@@ -245,7 +246,7 @@ func (s *session) endChildren(c *call) {
 // requests that are unknown, withdrawn or cancelled are ignored.
 func (s *session) answered(m *jsonrpc.Message) {
 	s.mu.Lock()
-	o := s.toward[m.ID.Key()]
+	o := s.childByID[m.ID.Key()]
 	s.mu.Unlock()
 	if o != nil {
 		s.deliver(o.wc, o.callID, o.seq, m)

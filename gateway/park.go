@@ -33,7 +33,7 @@ const errParkGone = "the question this call answers expired, or the tool's serve
 // parkable says whether the round's requests all come from a handler
 // that waits for their answers rather than running again.
 func (c *call) parkable() bool {
-	pending := c.toward.round.pending
+	pending := c.children.roundTrip.pending
 	for _, in := range pending {
 		if !in.parkable {
 			return false
@@ -58,15 +58,15 @@ func (c *call) parkForRetry(wc pb.WorkerServiceClient, begun *pb.BeginResponse) 
 			reason: "the tool asked its client for input, but its worker could not park the call: " + status.Convert(err).Message()})
 		return
 	}
-	for _, in := range c.toward.round.pending {
-		c.toward.note(in.seq, "", "parked")
+	for _, in := range c.children.roundTrip.pending {
+		c.children.note(in.seq, "", "parked")
 	}
 	expires := time.Now().Add(g.opts.InputTimeout)
 	if e := got.GetExpires(); e != nil && e.AsTime().Before(expires) {
 		expires = e.AsTime()
 	}
-	answers := make(map[string]json.RawMessage, len(c.toward.round.inputs))
-	for k, v := range c.toward.round.inputs {
+	answers := make(map[string]json.RawMessage, len(c.children.roundTrip.inputs))
+	for k, v := range c.children.roundTrip.inputs {
 		answers[k] = v
 	}
 	st := sealedState{Expires: expires.UnixNano(), Answers: answers, Worker: begun.GetWorker(), Park: got.GetParkId()}
@@ -78,7 +78,7 @@ func (c *call) parkForRetry(wc pb.WorkerServiceClient, begun *pb.BeginResponse) 
 // pinnedGone answers a retry whose parked call's worker is gone or no
 // longer serves the tool; it reports whether it did.
 func (c *call) pinnedGone(err error) bool {
-	if c.toward.round.pin == "" || client.Kind(err) != client.ErrNotRetryable {
+	if c.children.roundTrip.pin == "" || client.Kind(err) != client.ErrNotRetryable {
 		return false
 	}
 	c.setOutcome(outcomeRejected)

@@ -40,7 +40,7 @@ type session struct {
 	mu          sync.Mutex
 	inbound     map[string]*call
 	outbound    map[string]chan *jsonrpc.Message
-	toward      map[string]*outReq // requests toward the client for calls (outbound.go)
+	childByID   map[string]*outReq // requests toward the client for calls (outbound.go)
 	clientCaps  json.RawMessage    // the capabilities the client declared in initialize
 	notifier    sink               // server-initiated messages; nil when the client cannot hear them
 	version     string

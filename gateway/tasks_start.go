@@ -31,7 +31,7 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 		c.refuse(wc, callID, seq, jsonrpc.CodeMethodNotFound, why)
 		return
 	}
-	exec := c.s.taskExecute(p, c.scopes, taskRun{caps: c.toward.caps, inputs: c.toward.round.inputs})
+	exec := c.s.taskExecute(p, c.scopes, taskRun{caps: c.children.caps, inputs: c.children.roundTrip.inputs})
 	created, e := c.s.newTask(requestID(c.id), p, 0, exec)
 	if e != nil {
 		c.refuse(wc, callID, seq, e.Code, e.Message)
@@ -45,7 +45,7 @@ func (c *call) startTask(wc pb.WorkerServiceClient, begun *pb.BeginResponse, p *
 		c.s.dropTask(t.GetTaskId())
 		return
 	}
-	c.toward.note(seq, taskStartMethodName, "task:"+t.GetTaskId())
+	c.children.note(seq, taskStartMethodName, "task:"+t.GetTaskId())
 	c.s.startTaskRun(p, created, exec) // its client already knows of it
 	c.sendCancel(&cancelOrder{who: pb.Initiator_INITIATOR_TOOL, reason: "the call continues as task " + t.GetTaskId()})
 }
@@ -78,7 +78,7 @@ func (c *call) optedIn() bool {
 	var caps struct {
 		Extensions map[string]json.RawMessage `json:"extensions"`
 	}
-	json.Unmarshal(c.toward.caps, &caps)
+	json.Unmarshal(c.children.caps, &caps)
 	_, ok := caps.Extensions[mcpspec.ExtensionTasks]
 	return ok
 }

@@ -129,7 +129,7 @@ func (c *Call) urlElicitationError(err error) (rpcErr *jsonrpc.Error, ok bool, _
 	if c.exec == nil || !errors.As(err, &rpcErr) || rpcErr.Code != CodeURLElicitationRequired {
 		return nil, false, nil
 	}
-	if derr := c.exec.toward.declared("elicitation/create", json.RawMessage(`{"mode":"url"}`)); derr != nil {
+	if derr := c.exec.children.declared("elicitation/create", json.RawMessage(`{"mode":"url"}`)); derr != nil {
 		return nil, true, derr
 	}
 	var data struct {

@@ -39,9 +39,9 @@ type execution struct {
 	stream        pb.WorkerService_ExecuteServer
 	cancel        context.CancelCauseFunc
 	wantsProgress bool
-	began         time.Time   // when the worker took the call
-	toward        towardState // requests toward the client (toward.go)
-	task          bool        // runs an MCP task: outlives its stream (tasks.go)
+	began         time.Time     // when the worker took the call
+	children      childRequests // its requests toward the client (childrequests.go)
+	task          bool          // runs an MCP task: outlives its stream (tasks.go)
 
 	sendMu sync.Mutex // held across stream.Send, taken before mu
 
@@ -87,7 +87,7 @@ func (w service) Execute(req *pb.ExecuteRequest, stream pb.WorkerService_Execute
 		ordered:       make(chan struct{}),
 		began:         time.Now(),
 	}
-	e.toward.init(ctx, req)
+	e.children.init(ctx, req)
 	call := &Call{ID: req.GetCallId(), Method: methodOf(req), Tool: req.GetTool(), Arguments: args, Params: req.GetParamsJson(),
 		Deadline: req.GetDeadline().AsTime(), exec: e, principal: req.GetPrincipal(), scopes: req.GetScopes(),
 		session: req.GetSession(), logLevel: req.GetLogLevel()}

@@ -183,7 +183,7 @@ func (w service) Park(_ context.Context, req *pb.ParkRequest) (*pb.ParkResponse,
 	w.mu.Lock()
 	e := w.calls[req.GetCallId()]
 	w.mu.Unlock()
-	if e == nil || e.toward.scope != req.GetScope() {
+	if e == nil || e.children.scope != req.GetScope() {
 		return nil, status.Error(codes.NotFound, "the call is not running here")
 	}
 	e.mu.Lock()
@@ -209,7 +209,7 @@ func (w service) Park(_ context.Context, req *pb.ParkRequest) (*pb.ParkResponse,
 		work.Abandon(errors.New("worker: at its limit of parked calls"))
 		return nil, status.Errorf(codes.ResourceExhausted, "this worker holds its limit of %d parked calls", w.opts.MaxParked)
 	}
-	e.toward.parkAll()
+	e.children.parkAll()
 	w.log.Info("parked a call for its client's retry", "call", e.ref.CallId, "tool", p.tool, "park", p.id, "ttl", ttl)
 	return &pb.ParkResponse{ParkId: p.id, Expires: timestamppb.New(time.Now().Add(ttl))}, nil
 }
@@ -225,7 +225,7 @@ func (ps *parks) count() int {
 }
 
 // parkAll resolves every pending request of a parked call with ErrParked.
-func (t *towardState) parkAll() {
+func (t *childRequests) parkAll() {
 	t.mu.Lock()
 	pending := t.pending
 	t.pending = nil

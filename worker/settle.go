@@ -127,7 +127,7 @@ func (e *execution) complete(res *answer, stoppedAt time.Time) error {
 	var r *pb.CompleteResponse
 	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
 		r, err = e.w.ctrl.completeCall(ctx, &pb.CompleteRequest{Call: e.ref, StoppedAt: timestamppb.New(stoppedAt), ToolError: res.toolError,
-			ChildRequests: e.toward.children(), TaskResultJson: e.taskResult(res.body)})
+			ChildRequests: e.children.records(), TaskResultJson: e.taskResult(res.body)})
 		return err
 	})
 	if err != nil {
@@ -164,7 +164,7 @@ func (e *execution) failAs(who pb.Initiator, herr error, stoppedAt time.Time) er
 	var r *pb.FailResponse
 	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Fail(ctx, &pb.FailRequest{Call: e.ref, Initiator: who, Reason: herr.Error(), StoppedAt: timestamppb.New(stoppedAt),
-			ChildRequests: e.toward.children()})
+			ChildRequests: e.children.records()})
 		return err
 	})
 	if err != nil {
@@ -191,7 +191,7 @@ func (e *execution) abandon(who pb.Initiator, reason string, stoppedAt time.Time
 	order, err := e.settleUnlessOrdered(func(ctx context.Context) (err error) {
 		r, err = e.w.coord.Cancel(ctx, &pb.CancelRequest{
 			Target: &pb.CancelRequest_Call{Call: e.ref}, Initiator: who, Reason: reason, StoppedAt: timestamppb.New(stoppedAt),
-			ChildRequests: e.toward.children(),
+			ChildRequests: e.children.records(),
 		})
 		return err
 	})

@@ -9,5 +9,5 @@ func (c *Call) Subscriber() string {
 	if c.session != "" || c.exec == nil {
 		return c.session
 	}
-	return c.exec.toward.scope
+	return c.exec.children.scope
 }

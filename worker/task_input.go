@@ -39,7 +39,7 @@ type taskAsk struct {
 // of an AskAll at once (more says others follow). A request that cannot
 // be recorded fails.
 func (e *execution) askInTask(a *asked, method string, params json.RawMessage, more bool) {
-	t := &e.toward
+	t := &e.children
 	t.mu.Lock()
 	t.batch = append(t.batch, taskAsk{a: a, in: &pb.TaskInput{Key: a.key, Seq: a.seq, Method: method, ParamsJson: params}})
 	batch := t.batch
@@ -70,7 +70,7 @@ func (e *execution) askInTask(a *asked, method string, params json.RawMessage, m
 // client is no longer asked. If that fails the request stays listed, and
 // an answer to it is ignored here as late.
 func (e *execution) withdrawInTask(key string) {
-	if e.toward.ctx.Err() != nil {
+	if e.children.ctx.Err() != nil {
 		return // the task ended: its record lists nothing more
 	}
 	if err := e.setTaskInput(&pb.SetTaskInputRequest{Call: e.ref, Withdraw: []string{key}}); err != nil {
@@ -79,7 +79,7 @@ func (e *execution) withdrawInTask(key string) {
 }
 
 func (e *execution) setTaskInput(req *pb.SetTaskInputRequest) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.toward.ctx), taskInputTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.children.ctx), taskInputTimeout)
 	defer cancel()
 	_, err := e.w.coord.SetTaskInput(ctx, req)
 	return err
@@ -113,9 +113,9 @@ func (c *Call) StartTask(ctx context.Context) error {
 	if e.task {
 		return nil
 	}
-	a := e.toward.prepareTaskStart()
+	a := e.children.prepareTaskStart()
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_TaskStart{TaskStart: &pb.TaskStart{Seq: a.seq}}}) {
-		e.toward.take(a.seq, "cancelled")
+		e.children.take(a.seq, "cancelled")
 		return ErrCallEnded
 	}
 	_, err := e.wait(ctx, a)
@@ -132,7 +132,7 @@ func (c *Call) StartTask(ctx context.Context) error {
 // taskStartMethod names a StartTask in the call's audit of its requests.
 const taskStartMethod = "io.mcpcancel/startTask"
 
-func (t *towardState) prepareTaskStart() *asked {
+func (t *childRequests) prepareTaskStart() *asked {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.next++

@@ -152,7 +152,7 @@ type registered struct {
 }
 
 // service serves the WorkerService API that gateways call (Execute,
-// Answer, CallersGone; execute.go, toward.go, callersgone.go). It is a
+// Answer, CallersGone; execute.go, childrequests.go, callersgone.go). It is a
 // type apart from Worker so that tool authors see only what they use;
 // Run registers it.
 type service struct {

@@ -317,9 +317,9 @@ func (p *pool) pids() []int {
 // session alone.
 func clientOptions(a *Adapter, key string) *mcp.ClientOptions {
 	return &mcp.ClientOptions{
-		// Sampling, elicitation and roots are the calls' clients' (toward.go),
+		// Sampling, elicitation and roots are the calls' clients' (serverrequests.go),
 		// asked by the server or by its multi round-trip.
-		Capabilities:                  towardCapabilities(),
+		Capabilities:                  adapterCapabilities(),
 		ElicitationHandler:            elicitInput,
 		CreateMessageWithToolsHandler: sampleInput,
 		LoggingMessageHandler:         func(_ context.Context, r *mcp.LoggingMessageRequest) { a.sessionLog(key, r.Params) },

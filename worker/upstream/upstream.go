@@ -23,7 +23,7 @@
 // is the only server fronted), and every progress notification it sent
 // before a result (call.go). Its requests toward the client, and the
 // questions of its 2026-07-28 multi round-trips, go to the client of the
-// call they serve; roots/list is its client session's (toward.go).
+// call they serve; roots/list is its client session's (serverrequests.go).
 //
 // A Group fronts several servers from one worker (group.go): an adapter
 // each, with its own sessions and policy, their names prefixed with the
@@ -108,7 +108,7 @@ type Adapter struct {
 	tokens      progressRoutes
 	pool        *pool
 	subs        sharedSubs
-	calls       inflight     // for requests toward the client (toward.go)
+	calls       inflight     // for requests toward the client (serverrequests.go)
 	runs        runs         // upstream tools/calls, which a park outlives (park.go)
 	taskSupport taskSupports // what the server's tools/list says of tasks (tasks.go)
 	events      eventsConns  // the connections of the events extension (events.go)
@@ -286,7 +286,7 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 // it in wire order instead (inWireOrder, tapProgress).
 func (a *Adapter) newClient(opts *mcp.ClientOptions, key string) *mcp.Client {
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
-	client.AddReceivingMiddleware(a.relayToClient(key)) // requests toward the client (toward.go)
+	client.AddReceivingMiddleware(a.relayToClient(key)) // requests toward the client (serverrequests.go)
 	return client
 }
 

@@ -45,8 +45,8 @@ func (e *ClientError) Error() string {
 	return fmt.Sprintf("the client answered with error %d: %s", e.Code, e.Message)
 }
 
-// towardState is a call's requests toward its client.
-type towardState struct {
+// childRequests is a call's requests toward its client.
+type childRequests struct {
 	ctx   context.Context // the handler's: a request ends with its call
 	caps  json.RawMessage // the client's capabilities object, nil for none
 	scope string
@@ -61,13 +61,13 @@ type towardState struct {
 }
 
 // endLocked notes how a request ended. Callers hold t.mu.
-func (t *towardState) endLocked(seq int64, outcome string) {
+func (t *childRequests) endLocked(seq int64, outcome string) {
 	t.ended = append(t.ended, &pb.ChildRequest{Seq: seq, Method: t.methods[seq], Outcome: outcome})
 }
 
 // children are the call's requests toward its client for its audit
 // record: those still pending count as cancelled with the call.
-func (t *towardState) children() []*pb.ChildRequest {
+func (t *childRequests) records() []*pb.ChildRequest {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := append([]*pb.ChildRequest(nil), t.ended...)
@@ -82,7 +82,7 @@ type clientAnswer struct {
 	err    error
 }
 
-func (t *towardState) init(ctx context.Context, req *pb.ExecuteRequest) {
+func (t *childRequests) init(ctx context.Context, req *pb.ExecuteRequest) {
 	t.ctx, t.scope = ctx, req.GetScope()
 	if b := req.GetClientCapabilitiesJson(); len(b) > 0 && b[0] == '{' && json.Valid(b) {
 		t.caps = b
@@ -101,7 +101,7 @@ func (c *Call) ClientCapabilities() json.RawMessage {
 	if c.exec == nil {
 		return nil
 	}
-	return slices.Clone(c.exec.toward.caps)
+	return slices.Clone(c.exec.children.caps)
 }
 
 // Sample asks the client's model for a message (sampling/createMessage)
@@ -230,7 +230,7 @@ func inputKey(ctx context.Context, seq int64) string {
 }
 
 // declared checks the client declared what method needs.
-func (t *towardState) declared(method string, params json.RawMessage) error {
+func (t *childRequests) declared(method string, params json.RawMessage) error {
 	if need, ok := mcpspec.Declared(t.caps, method, params); !ok {
 		return fmt.Errorf("%w: %s needs %s", ErrNotDeclared, method, need)
 	}
@@ -249,7 +249,7 @@ type asked struct {
 // prepare numbers a request and, unless the call's input responses
 // answer it (2026-07-28 retries), registers it as pending.
 func (e *execution) prepare(ctx context.Context, method string, params json.RawMessage) *asked {
-	t := &e.toward
+	t := &e.children
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.next++
@@ -291,7 +291,7 @@ func (e *execution) sendAsked(ctx context.Context, a *asked, method string, para
 	}
 	if !e.sendRunning(&pb.ExecuteResponse{Event: &pb.ExecuteResponse_ClientRequest{ClientRequest: &pb.ClientRequest{
 		Seq: a.seq, Method: method, ParamsJson: params, Key: inputKey(ctx, a.seq), More: more, Parkable: e.parkable(),
-	}}}) && e.toward.take(a.seq, "cancelled") {
+	}}}) && e.children.take(a.seq, "cancelled") {
 		a.ch, a.answer = nil, clientAnswer{err: ErrCallEnded}
 	}
 }
@@ -302,7 +302,7 @@ func (e *execution) wait(ctx context.Context, a *asked) (json.RawMessage, error)
 	if a.ch == nil {
 		return a.answer.result, a.answer.err
 	}
-	t := &e.toward
+	t := &e.children
 	select {
 	case r := <-a.ch:
 		return r.result, r.err
@@ -331,7 +331,7 @@ func (e *execution) wait(ctx context.Context, a *asked) (json.RawMessage, error)
 
 // take removes a pending request; it reports whether it was still
 // pending. Whoever takes it decides how it ended.
-func (t *towardState) take(seq int64, outcome string) bool {
+func (t *childRequests) take(seq int64, outcome string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.pending[seq]
@@ -365,7 +365,7 @@ func (w service) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerRes
 	w.mu.Lock()
 	e := w.calls[req.GetCallId()]
 	w.mu.Unlock()
-	if e == nil || e.toward.scope != req.GetScope() {
+	if e == nil || e.children.scope != req.GetScope() {
 		return &pb.AnswerResponse{}, nil // not running here, or not the caller's: nothing to tell
 	}
 	a := answerOf(req) // asksession.go
@@ -373,7 +373,7 @@ func (w service) Answer(_ context.Context, req *pb.AnswerRequest) (*pb.AnswerRes
 	if a.err != nil {
 		outcome = "error"
 	}
-	t := &e.toward
+	t := &e.children
 	t.mu.Lock()
 	ch, ok := t.pending[req.GetSeq()]
 	delete(t.pending, req.GetSeq())

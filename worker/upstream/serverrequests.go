@@ -50,8 +50,8 @@ const (
 	codeNotAsked = -32601
 )
 
-// towardCapabilities are what the adapter declares to its server.
-func towardCapabilities() *mcp.ClientCapabilities {
+// adapterCapabilities are what the adapter declares to its server.
+func adapterCapabilities() *mcp.ClientCapabilities {
 	return &mcp.ClientCapabilities{
 		Sampling:    &mcp.SamplingCapabilities{},
 		Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}},
