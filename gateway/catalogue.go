@@ -172,8 +172,8 @@ func (g *Gateway) currentOffers(ctx context.Context) (*catalogue, error) {
 	return newCatalogue(resp.GetOffers(), resp.GetFeatures()), nil
 }
 
-// listOffers answers resources/list, resources/templates/list and
-// prompts/list from the catalogue, one page at a time.
+// listOffers answers resources/list, resources/templates/list,
+// prompts/list and events/list from the catalogue, one page at a time.
 func (g *Gateway) listOffers(ctx context.Context, m *jsonrpc.Message) (any, *jsonrpc.Error) {
 	var p struct {
 		Cursor *string `json:"cursor"`
@@ -189,6 +189,8 @@ func (g *Gateway) listOffers(ctx context.Context, m *jsonrpc.Message) (any, *jso
 		field, all = "resourceTemplates", c.templates
 	case "prompts/list":
 		field, all = "prompts", c.prompts
+	case methodEventsList:
+		field, all = "events", c.events // events.go
 	}
 	start := 0
 	if p.Cursor != nil {

@@ -82,36 +82,6 @@ func eventForClients(raw json.RawMessage) json.RawMessage {
 	return rawJSON(e)
 }
 
-// listEvents answers events/list from the catalogue, one page at a time.
-func (g *Gateway) listEvents(ctx context.Context, m *jsonrpc.Message) (any, *jsonrpc.Error) {
-	var p struct {
-		Cursor *string `json:"cursor"`
-	}
-	json.Unmarshal(m.Params, &p)
-	c, err := g.currentOffers(ctx)
-	if err != nil {
-		return nil, jsonrpc.Errorf(jsonrpc.CodeInternalError, "cannot list: the coordinator is unavailable")
-	}
-	start := 0
-	if p.Cursor != nil {
-		n, ok := parseCursor(*p.Cursor)
-		if !ok || n > len(c.events) {
-			return nil, jsonrpc.Errorf(jsonrpc.CodeInvalidParams, "invalid cursor")
-		}
-		start = n
-	}
-	end := min(start+listPageSize, len(c.events))
-	page := c.events[start:end]
-	if page == nil {
-		page = []json.RawMessage{}
-	}
-	out := map[string]any{"events": page}
-	if end < len(c.events) {
-		out["nextCursor"] = makeCursor(end)
-	}
-	return out, nil
-}
-
 // withEventsExtension declares the extension in 2026-07-28 capabilities
 // while some live worker offers an event type. listChanged is not
 // declared: the gateway sends no notifications/events/list_changed.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +69,15 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		st.urls = append(st.urls, url)
 	}
 	return st
+}
+
+// waitForTool waits until the coordinator lists the tool name.
+func (st *stack) waitForTool(t *testing.T, name string) {
+	t.Helper()
+	waitFor(t, "the tool "+name, func() bool {
+		resp, err := st.c.ListTools(t.Context(), nil)
+		return err == nil && slices.ContainsFunc(resp.Tools, func(tl *pb.Tool) bool { return tl.GetName() == name })
+	})
 }
 
 // audits reads the audit records of calls in a scope, by request id.

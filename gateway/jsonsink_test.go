@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
@@ -23,10 +21,7 @@ import (
 func TestJSONResponseCarriesNoRequests(t *testing.T) {
 	st := newStack(t, stackOptions{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "fixtures"}, demo.RegisterFixtures)
-	waitFor(t, "the elicitation fixture", func() bool {
-		resp, err := st.c.ListTools(t.Context(), nil)
-		return err == nil && slices.ContainsFunc(resp.Tools, func(tl *pb.Tool) bool { return tl.GetName() == "test_elicitation" })
-	})
+	st.waitForTool(t, "test_elicitation")
 	post := func(session, body string) (*http.Response, []byte) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a question swallowed by the response waits out the call
 		defer cancel()

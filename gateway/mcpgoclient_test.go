@@ -51,18 +51,7 @@ func testMcpgoClient(t *testing.T, tr, version string) {
 			return worker.Text(fmt.Sprintf("%s: %v", res.Action, res.Content["name"])), nil
 		})
 	})
-	waitFor(t, "the asking tool", func() bool {
-		resp, err := st.c.ListTools(t.Context(), nil)
-		if err != nil {
-			return false
-		}
-		for _, tl := range resp.Tools {
-			if tl.Name == "ask_name" {
-				return true
-			}
-		}
-		return false
-	})
+	st.waitForTool(t, "ask_name")
 
 	var tp transport.Interface
 	switch tr {

@@ -109,10 +109,8 @@ func (s *session) dispatch(ctx context.Context, m *jsonrpc.Message) (any, *jsonr
 		return s.setLevel(m.Params)
 	case "server/discover":
 		return s.discover(ctx), nil
-	case "prompts/list", "resources/list", "resources/templates/list":
+	case "prompts/list", "resources/list", "resources/templates/list", methodEventsList:
 		return s.g.listOffers(ctx, m)
-	case methodEventsList:
-		return s.g.listEvents(ctx, m) // events.go
 	}
 	if taskMethods[m.Method] {
 		return s.taskMethod(ctx, m)

@@ -6,14 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/coordinator"
 	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
@@ -261,10 +259,7 @@ func awaitEchoAudits(t *testing.T, st *stack, id string) []*coordinator.AuditRec
 func TestStdioLongPollHoldsUpNothing(t *testing.T) {
 	st := newStack(t, stackOptions{})
 	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "fixtures"}, demo.RegisterFixtures)
-	waitFor(t, "the task fixtures", func() bool {
-		resp, err := st.c.ListTools(t.Context(), nil)
-		return err == nil && slices.ContainsFunc(resp.Tools, func(tl *pb.Tool) bool { return tl.GetName() == "slow_compute" })
-	})
+	st.waitForTool(t, "slow_compute")
 	g := gateway.New(gateway.Options{Coordinator: st.conn, PingInterval: time.Hour})
 	t.Cleanup(func() { g.Close() })
 	c := serveStdio(t, g)

@@ -19,18 +19,7 @@ func TestToolErrorIsAuditedApart(t *testing.T) {
 			return worker.Errorf("no, thank you"), nil
 		})
 	})
-	waitFor(t, "the refuse tool", func() bool {
-		resp, err := st.c.ListTools(t.Context(), nil)
-		if err != nil {
-			return false
-		}
-		for _, tl := range resp.Tools {
-			if tl.Name == "refuse" {
-				return true
-			}
-		}
-		return false
-	})
+	st.waitForTool(t, "refuse")
 	sid := openSession(t, st.urls[0])
 	r := <-startCall(t, st.urls[0], sid, 1, "refuse", map[string]any{}, nil)
 	if !hasResponse(r.msgs) || !strings.Contains(fmt.Sprint(r.msgs), "no, thank you") || !strings.Contains(fmt.Sprint(r.msgs), "isError:true") {

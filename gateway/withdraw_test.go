@@ -34,18 +34,7 @@ func testQuestionWithdrawn(t *testing.T, tr string) {
 			return nil, err
 		})
 	})
-	waitFor(t, "the asking tool", func() bool {
-		resp, err := st.c.ListTools(t.Context(), nil)
-		if err != nil {
-			return false
-		}
-		for _, tl := range resp.Tools {
-			if tl.Name == "ask_and_wait" {
-				return true
-			}
-		}
-		return false
-	})
+	st.waitForTool(t, "ask_and_wait")
 
 	asked, testDone := make(chan struct{}), make(chan struct{})
 	withdrawn := make(chan error, 1)
