@@ -71,6 +71,24 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	return st
 }
 
+// stdioPipes serves a stdio connection of the stack's first gateway on
+// pipes, until the client closes its end (w): the client reads r.
+func (st *stack) stdioPipes(t *testing.T) (r io.ReadCloser, w io.WriteCloser) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan struct{})
+	go func() { // owned: ends when the client closes its stdin; waited for below
+		defer close(done)
+		st.gateways[0].ServeStdio(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		<-done
+	})
+	return outR, inW
+}
+
 // waitForTool waits until the coordinator lists the tool name.
 func (st *stack) waitForTool(t *testing.T, name string) {
 	t.Helper()

@@ -62,18 +62,7 @@ func testMcpgoClient(t *testing.T, tr, version string) {
 		}
 		tp = h
 	case "stdio":
-		inR, inW := io.Pipe()
-		outR, outW := io.Pipe()
-		done := make(chan struct{})
-		go func() { // owned: ends when the client closes its stdin; waited for below
-			defer close(done)
-			st.gateways[0].ServeStdio(context.Background(), inR, outW)
-			outW.Close()
-		}()
-		t.Cleanup(func() {
-			inW.Close()
-			<-done
-		})
+		outR, inW := st.stdioPipes(t)
 		tp = transport.NewIO(outR, inW, io.NopCloser(strings.NewReader("")))
 	}
 	cl := mcpgoclient.NewClient(tp, mcpgoclient.WithProtocolVersion(version), mcpgoclient.WithElicitationHandler(namer{}))

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -53,18 +52,7 @@ func testQuestionWithdrawn(t *testing.T, tr string) {
 	var w wire
 	var tp mcp.Transport = &mcp.StreamableClientTransport{Endpoint: st.urls[0], HTTPClient: w.client(), MaxRetries: -1}
 	if tr == "stdio" {
-		inR, inW := io.Pipe()
-		outR, outW := io.Pipe()
-		done := make(chan struct{})
-		go func() { // owned: ends when the client closes its stdin; waited for below
-			defer close(done)
-			st.gateways[0].ServeStdio(context.Background(), inR, outW)
-			outW.Close()
-		}()
-		t.Cleanup(func() {
-			inW.Close()
-			<-done
-		})
+		outR, inW := st.stdioPipes(t)
 		tp = &mcp.IOTransport{Reader: outR, Writer: inW}
 	}
 	cs, err := c.Connect(t.Context(), tp, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})

@@ -3,6 +3,7 @@ package upstream_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -207,9 +208,20 @@ func initSession(t *testing.T, url, era string) string {
 // of the response: its SSE events' data, or its JSON body.
 func sseMessages(t *testing.T, url string, h map[string]string, body string) []json.RawMessage {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	msgs, err := postMessages(t.Context(), url, h, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return msgs
+}
+
+// postMessages POSTs body with headers h and returns the JSON-RPC
+// messages of the response, read until it ends or ctx closes it: its SSE
+// events' data, or its JSON body.
+func postMessages(ctx context.Context, url string, h map[string]string, body string) ([]json.RawMessage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -218,17 +230,17 @@ func sseMessages(t *testing.T, url string, h map[string]string, body string) []j
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	ct := resp.Header.Get("Content-Type")
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("HTTP %s %s: %s", resp.Status, ct, b)
+		return nil, fmt.Errorf("HTTP %s %s: %s", resp.Status, ct, b)
 	}
 	if !strings.HasPrefix(ct, "text/event-stream") {
-		b, _ := io.ReadAll(resp.Body)
-		return []json.RawMessage{b}
+		b, err := io.ReadAll(resp.Body)
+		return []json.RawMessage{b}, err
 	}
 	var out []json.RawMessage
 	sc := bufio.NewScanner(resp.Body)
@@ -238,5 +250,5 @@ func sseMessages(t *testing.T, url string, h map[string]string, body string) []j
 			out = append(out, bytes.Clone(data))
 		}
 	}
-	return out
+	return out, nil // a stream closed by ctx ends here too
 }

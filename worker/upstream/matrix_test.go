@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -83,7 +82,8 @@ func testMatrix(t *testing.T, st *stack, era string, holdsBefore int) {
 	h, body, id := c.request(t, "tools/call", fmt.Sprintf(`"name":"hold","arguments":{"key":%q}`, key+"-hold"))
 	streamDone := make(chan []json.RawMessage, 1)
 	go func() { // owned: ends when the call's stream does, which the cancel ends; waited for below
-		streamDone <- sseMessagesCtx(ctx, t, st.url, h, body)
+		msgs, _ := postMessages(ctx, st.url, h, body) // the cancel may end it with an error
+		streamDone <- msgs
 	}()
 	testcluster.WaitFor(t, "the server runs hold", func() bool { return tallyOf(t, c, key+"-hold").Runs == 1 })
 	if era == "2026-07-28" {
@@ -140,33 +140,6 @@ func (c *rpcClient) request(t *testing.T, method, params string) (map[string]str
 	}
 	c.id++
 	return h, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{%s%s}}`, c.id, method, params, meta), c.id
-}
-
-// sseMessagesCtx is sseMessages bounded by ctx: the stream's messages
-// until it ends, or until ctx closes it.
-func sseMessagesCtx(ctx context.Context, t *testing.T, url string, h map[string]string, body string) []json.RawMessage {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return nil
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body) // until the stream ends, or ctx closes it
-	var out []json.RawMessage
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			out = append(out, json.RawMessage(data))
-		}
-	}
-	return out
 }
 
 // matrixTally is what a matrix server counted for a key.
