@@ -91,6 +91,8 @@ func Worker() *Policy {
 		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Answer": {tlsconfig.RoleGateway},
 		// The callers of calls that its own connection runs are gone.
 		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/CallersGone": {tlsconfig.RoleGateway},
+		// A 2026-07-28 call's work waits for its client's retry.
+		"/" + pb.WorkerService_ServiceDesc.ServiceName + "/Park": {tlsconfig.RoleGateway},
 	})
 }
 
