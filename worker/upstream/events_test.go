@@ -22,8 +22,9 @@ import (
 )
 
 // The events extension of a fronted server (testdata/events_server.mjs,
-// on the TypeScript SDK) through a real gateway, coordinator and worker,
-// to raw 2026-07-28 clients over HTTP and stdio.
+// on the TypeScript SDK, fronted over stdio and over Streamable HTTP)
+// through a real gateway, coordinator and worker, to raw 2026-07-28
+// clients over HTTP and stdio.
 
 const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 
@@ -157,8 +158,17 @@ func last(t *testing.T, msgs []json.RawMessage) rpcMsg {
 }
 
 func TestEventsPassThrough(t *testing.T) {
-	st := startStack(t, eventsFixture(t), "await_cancelled")
+	for _, srv := range []struct {
+		name string
+		opts func(*testing.T) upstream.Options
+	}{{"stdio", eventsFixture}, {"http", eventsHTTPFixture}} {
+		t.Run(srv.name, func(t *testing.T) { testEventsPassThrough(t, startStack(t, srv.opts(t), "await_cancelled")) })
+	}
+}
 
+// testEventsPassThrough runs the checks of the extension on st, which
+// fronts the events server.
+func testEventsPassThrough(t *testing.T, st *stack) {
 	t.Run("discover", func(t *testing.T) {
 		var r struct {
 			Capabilities struct {
