@@ -11,16 +11,29 @@ import (
 	"github.com/mcpcancel/mcpcancel/worker/upstream"
 )
 
-// eventsHTTPFixture runs the events server over Streamable HTTP (the
-// TypeScript SDK's StreamableHTTPServerTransport, a 2025-11-25 session
-// each) and fronts it by its URL. The server stops with the test.
+// eventsHTTPFixture runs the events server over Streamable HTTP on the
+// TypeScript SDK v1 (StreamableHTTPServerTransport: a 2025-11-25 session
+// each, with Mcp-Session-Id, cancelled by notifications/cancelled).
 func eventsHTTPFixture(t *testing.T) upstream.Options {
+	return eventsHTTPServer(t, "events_server.mjs", "--http")
+}
+
+// eventsHTTP2026Fixture runs it on the TypeScript SDK v2
+// (createMcpHandler: 2026-07-28, no session; it checks each request's
+// headers and _meta, and a request's stream closed cancels it).
+func eventsHTTP2026Fixture(t *testing.T) upstream.Options {
+	return eventsHTTPServer(t, "events_server2026.mjs")
+}
+
+// eventsHTTPServer runs the script of testdata over Streamable HTTP, and
+// fronts it by the URL it prints. The server stops with the test.
+func eventsHTTPServer(t *testing.T, name string, args ...string) upstream.Options {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join("testdata", "events_server.mjs"))
+	script, err := filepath.Abs(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", script, filepath.Join(nodetest.Install(t), "node_modules"), "--http")
+	cmd := exec.Command("node", append([]string{script, filepath.Join(nodetest.Install(t), "node_modules")}, args...)...)
 	cmd.Stderr = t.Output()
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -161,7 +161,7 @@ func TestEventsPassThrough(t *testing.T) {
 	for _, srv := range []struct {
 		name string
 		opts func(*testing.T) upstream.Options
-	}{{"stdio", eventsFixture}, {"http", eventsHTTPFixture}} {
+	}{{"stdio", eventsFixture}, {"http-2025", eventsHTTPFixture}, {"http-2026", eventsHTTP2026Fixture}} {
 		t.Run(srv.name, func(t *testing.T) { testEventsPassThrough(t, startStack(t, srv.opts(t), "await_cancelled")) })
 	}
 }
@@ -211,13 +211,15 @@ func testEventsPassThrough(t *testing.T, st *stack) {
 			Events     []struct{ EventID string } `json:"events"`
 			Cursor     string                     `json:"cursor"`
 			Vendor     json.RawMessage            `json:"com.example/vendor"`
-			Meta       json.RawMessage            `json:"_meta"`
+			Meta       map[string]json.RawMessage `json:"_meta"`
 		}
 		if err := json.Unmarshal(m.Result, &r); err != nil || m.Error != nil {
 			t.Fatalf("events/poll: %s %v", m.Result, m.Error)
 		}
+		delete(r.Meta, "io.modelcontextprotocol/serverInfo") // the v2 SDK stamps every result with it
+		meta, _ := json.Marshal(r.Meta)
 		if len(r.Events) != 3 || r.Events[2].EventID != "e3" || r.Cursor != "c3" || r.ResultType != "complete" ||
-			!sameJSON(r.Vendor, json.RawMessage(`{"polledWith":null}`)) || !sameJSON(r.Meta, json.RawMessage(`{"com.example/fixture":"poll"}`)) {
+			!sameJSON(r.Vendor, json.RawMessage(`{"polledWith":null}`)) || !sameJSON(meta, json.RawMessage(`{"com.example/fixture":"poll"}`)) {
 			t.Fatalf("events/poll result %s; want the server's three events, cursor, vendor field and _meta", m.Result)
 		}
 		checkEventsAudit(t, st, "events/poll", "3", "completed")
