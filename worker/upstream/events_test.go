@@ -390,6 +390,20 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 		for range lines {
 		}
 	}()
+	wait, stop := context.WithTimeout(t.Context(), eventsWait)
+	defer stop()
+	recv := func() rpcMsg { // the next message, within eventsWait
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatal("the gateway closed stdout")
+			}
+			return m
+		case <-wait.Done():
+			t.Fatalf("no message from the gateway within %v", eventsWait)
+		}
+		panic("unreachable")
+	}
 	send := func(s string) {
 		if _, err := io.WriteString(inW, s+"\n"); err != nil {
 			t.Fatal(err)
@@ -398,11 +412,7 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"s1","method":"events/stream","params":{"name":"ticks","arguments":{"n":3,"hold":true,"key":"stdio"},%s}}`, meta2026))
 	var ids []string
 	for len(ids) < 3 {
-		m, ok := <-lines
-		if !ok {
-			t.Fatal("the gateway closed stdout")
-		}
-		if m.Method == "notifications/events/event" {
+		if m := recv(); m.Method == "notifications/events/event" {
 			if string(m.Params.Meta.SubscriptionID) != `"s1"` {
 				t.Fatalf("event %s: subscription id %s; want \"s1\"", m.Params.EventID, m.Params.Meta.SubscriptionID)
 			}
@@ -416,7 +426,8 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	// events reach it, tagged with its own id, and it ends with its result.
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"s2","method":"events/stream","params":{"name":"ticks","arguments":{"n":2},%s}}`, meta2026))
 	var ids2 []string
-	for m := range lines {
+	for {
+		m := recv()
 		if m.Method == "notifications/events/event" {
 			if string(m.Params.Meta.SubscriptionID) != `"s2"` {
 				t.Fatalf("event %s for subscription %s while only s2 sends; want \"s2\"", m.Params.EventID, m.Params.Meta.SubscriptionID)
@@ -435,7 +446,8 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	checkEventsAudit(t, st, "events/stream", `"s1"`, "cancelled")
 	// Nothing answers the cancelled request: no response with its id.
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"p","method":"ping","params":{%s}}`, meta2026))
-	for m := range lines {
+	for {
+		m := recv()
 		if string(m.ID) == `"s1"` {
 			t.Fatalf("the cancelled stream was answered: %s %+v", m.Result, m.Error)
 		}
