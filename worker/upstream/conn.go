@@ -23,7 +23,8 @@ type conn struct {
 	sess *mcp.ClientSession
 	cmd  *exec.Cmd // nil over HTTP
 	pid  int
-	// forget drops the session's events connection (events.go).
+	// forget drops the session's events link, ending its requests
+	// (events.go).
 	forget func()
 
 	once     sync.Once
@@ -54,7 +55,9 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 			return nil, err
 		}
 		a.log.Info("connected to the upstream MCP server", "protocol", sess.InitializeResult().ProtocolVersion)
-		return &conn{sess: sess}, nil
+		eh := a.newEventsHTTP(sess) // events.go
+		a.events.add(sess, eh)
+		return &conn{sess: sess, forget: func() { a.events.remove(sess); eh.close() }}, nil
 	}
 	cmd, stderr := a.command()
 	var ec *eventsConn

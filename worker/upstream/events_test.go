@@ -22,8 +22,9 @@ import (
 )
 
 // The events extension of a fronted server (testdata/events_server.mjs,
-// on the TypeScript SDK) through a real gateway, coordinator and worker,
-// to raw 2026-07-28 clients over HTTP and stdio.
+// on the TypeScript SDK, fronted over stdio and over Streamable HTTP)
+// through a real gateway, coordinator and worker, to raw 2026-07-28
+// clients over HTTP and stdio.
 
 const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 
@@ -157,8 +158,17 @@ func last(t *testing.T, msgs []json.RawMessage) rpcMsg {
 }
 
 func TestEventsPassThrough(t *testing.T) {
-	st := startStack(t, eventsFixture(t), "await_cancelled")
+	for _, srv := range []struct {
+		name string
+		opts func(*testing.T) upstream.Options
+	}{{"stdio", eventsFixture}, {"http-2025", eventsHTTPFixture}, {"http-2026", eventsHTTP2026Fixture}} {
+		t.Run(srv.name, func(t *testing.T) { testEventsPassThrough(t, startStack(t, srv.opts(t), "await_cancelled")) })
+	}
+}
 
+// testEventsPassThrough runs the checks of the extension on st, which
+// fronts the events server.
+func testEventsPassThrough(t *testing.T, st *stack) {
 	t.Run("discover", func(t *testing.T) {
 		var r struct {
 			Capabilities struct {
@@ -201,13 +211,15 @@ func TestEventsPassThrough(t *testing.T) {
 			Events     []struct{ EventID string } `json:"events"`
 			Cursor     string                     `json:"cursor"`
 			Vendor     json.RawMessage            `json:"com.example/vendor"`
-			Meta       json.RawMessage            `json:"_meta"`
+			Meta       map[string]json.RawMessage `json:"_meta"`
 		}
 		if err := json.Unmarshal(m.Result, &r); err != nil || m.Error != nil {
 			t.Fatalf("events/poll: %s %v", m.Result, m.Error)
 		}
+		delete(r.Meta, "io.modelcontextprotocol/serverInfo") // the v2 SDK stamps every result with it
+		meta, _ := json.Marshal(r.Meta)
 		if len(r.Events) != 3 || r.Events[2].EventID != "e3" || r.Cursor != "c3" || r.ResultType != "complete" ||
-			!sameJSON(r.Vendor, json.RawMessage(`{"polledWith":null}`)) || !sameJSON(r.Meta, json.RawMessage(`{"com.example/fixture":"poll"}`)) {
+			!sameJSON(r.Vendor, json.RawMessage(`{"polledWith":null}`)) || !sameJSON(meta, json.RawMessage(`{"com.example/fixture":"poll"}`)) {
 			t.Fatalf("events/poll result %s; want the server's three events, cursor, vendor field and _meta", m.Result)
 		}
 		checkEventsAudit(t, st, "events/poll", "3", "completed")
@@ -378,6 +390,20 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 		for range lines {
 		}
 	}()
+	wait, stop := context.WithTimeout(t.Context(), eventsWait)
+	defer stop()
+	recv := func() rpcMsg { // the next message, within eventsWait
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatal("the gateway closed stdout")
+			}
+			return m
+		case <-wait.Done():
+			t.Fatalf("no message from the gateway within %v", eventsWait)
+		}
+		panic("unreachable")
+	}
 	send := func(s string) {
 		if _, err := io.WriteString(inW, s+"\n"); err != nil {
 			t.Fatal(err)
@@ -386,11 +412,7 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"s1","method":"events/stream","params":{"name":"ticks","arguments":{"n":3,"hold":true,"key":"stdio"},%s}}`, meta2026))
 	var ids []string
 	for len(ids) < 3 {
-		m, ok := <-lines
-		if !ok {
-			t.Fatal("the gateway closed stdout")
-		}
-		if m.Method == "notifications/events/event" {
+		if m := recv(); m.Method == "notifications/events/event" {
 			if string(m.Params.Meta.SubscriptionID) != `"s1"` {
 				t.Fatalf("event %s: subscription id %s; want \"s1\"", m.Params.EventID, m.Params.Meta.SubscriptionID)
 			}
@@ -404,7 +426,8 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	// events reach it, tagged with its own id, and it ends with its result.
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"s2","method":"events/stream","params":{"name":"ticks","arguments":{"n":2},%s}}`, meta2026))
 	var ids2 []string
-	for m := range lines {
+	for {
+		m := recv()
 		if m.Method == "notifications/events/event" {
 			if string(m.Params.Meta.SubscriptionID) != `"s2"` {
 				t.Fatalf("event %s for subscription %s while only s2 sends; want \"s2\"", m.Params.EventID, m.Params.Meta.SubscriptionID)
@@ -423,7 +446,8 @@ func streamCancelledOnStdio(t *testing.T, st *stack) {
 	checkEventsAudit(t, st, "events/stream", `"s1"`, "cancelled")
 	// Nothing answers the cancelled request: no response with its id.
 	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"p","method":"ping","params":{%s}}`, meta2026))
-	for m := range lines {
+	for {
+		m := recv()
 		if string(m.ID) == `"s1"` {
 			t.Fatalf("the cancelled stream was answered: %s %+v", m.Result, m.Error)
 		}

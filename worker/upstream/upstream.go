@@ -285,10 +285,14 @@ func (a *Adapter) connectOnce(ctx context.Context) error {
 // goroutine of its own, after the result it preceded. The transport relays
 // it in wire order instead (inWireOrder, tapProgress).
 func (a *Adapter) newClient(opts *mcp.ClientOptions, key string) *mcp.Client {
-	client := mcp.NewClient(&mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}, opts)
+	impl := clientInfo
+	client := mcp.NewClient(&impl, opts)
 	client.AddReceivingMiddleware(a.relayToClient(key)) // requests toward the client (serverrequests.go)
 	return client
 }
+
+// clientInfo is the adapter's client, as it names itself to servers.
+var clientInfo = mcp.Implementation{Name: "mcpcancel-upstream", Version: "1"}
 
 func (a *Adapter) setSession(s *mcp.ClientSession, pid int) {
 	a.mu.Lock()
