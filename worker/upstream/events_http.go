@@ -78,7 +78,7 @@ func (a *Adapter) newEventsHTTP(s *mcp.ClientSession) *eventsHTTP {
 // clientCapabilities are the capabilities the adapter's client declares,
 // as the SDK sends them (its Roots follows RootsV2).
 func clientCapabilities() *mcp.ClientCapabilities {
-	caps := towardCapabilities()
+	caps := adapterCapabilities()
 	caps.Roots.ListChanged = caps.RootsV2.ListChanged
 	return caps
 }
