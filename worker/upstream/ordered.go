@@ -72,7 +72,7 @@ func tapProgress(hc *http.Client, progress func(*mcp.ProgressNotificationParams)
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c.Transport = progressTap{base: base, progress: progress, callLogs: callLogs}
+	c.Transport = forgiveCancels(progressTap{base: base, progress: progress, callLogs: callLogs}) // cancels.go
 	return &c
 }
 
