@@ -238,12 +238,9 @@ func (a *Adapter) forwardEvents(ctx context.Context, c *worker.Call) (any, error
 		}
 		defer release()
 	}
-	s, done, err := a.sessionFor(ctx, c)
+	s, done, err := a.requestSession(ctx, c)
 	if err != nil {
-		if errors.Is(err, ErrSessionsFull) {
-			return nil, err
-		}
-		return nil, worker.Unavailable(err)
+		return nil, err
 	}
 	var upErr error
 	defer func() { done(upErr) }()

@@ -67,6 +67,17 @@ func (a *Adapter) registerOffers(ctx context.Context, s *mcp.ClientSession) erro
 	return nil
 }
 
+// requestSession is sessionFor for a request other than tools/call: a
+// session that cannot be had makes the call unavailable (it may be
+// retried on another worker), unless every session is in use.
+func (a *Adapter) requestSession(ctx context.Context, c *worker.Call) (*mcp.ClientSession, func(error), error) {
+	s, done, err := a.sessionFor(ctx, c)
+	if err != nil && !errors.Is(err, ErrSessionsFull) {
+		err = worker.Unavailable(err)
+	}
+	return s, done, err
+}
+
 // request forwards one request other than tools/call. Like a tool call,
 // its ctx is cancelled when the coordinator settles the call without us,
 // and the SDK then tells the server (notifications/cancelled).
@@ -79,12 +90,9 @@ func (a *Adapter) request(ctx context.Context, c *worker.Call) (any, error) {
 		return nil, err
 	}
 	defer release()
-	s, done, err := a.sessionFor(ctx, c)
+	s, done, err := a.requestSession(ctx, c)
 	if err != nil {
-		if errors.Is(err, ErrSessionsFull) {
-			return nil, err
-		}
-		return nil, worker.Unavailable(err)
+		return nil, err
 	}
 	var upErr error
 	defer func() { done(upErr) }()
