@@ -21,7 +21,7 @@ import (
 // client closed its stream, or sent notifications/cancelled), when its
 // context ends and nothing more goes out.
 func ExampleCall_Notify() {
-	w := worker.New(worker.Options{Coordinator: "127.0.0.1:7801"})
+	w := worker.New(worker.Options{Coordinator: os.Getenv("MCPCANCEL_COORDINATOR")}) // where the coordinator listens
 	tick := &worker.EventType{Name: "tick", JSON: json.RawMessage(
 		`{"name":"tick","description":"Fires every second","delivery":["push"],"inputSchema":{"type":"object"},"payloadSchema":{"type":"object"}}`)}
 	w.SetOffers(worker.Offers{Events: []*worker.EventType{tick}}, func(ctx context.Context, c *worker.Call) (any, error) {

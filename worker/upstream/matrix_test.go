@@ -3,7 +3,6 @@ package upstream_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -251,10 +250,7 @@ func matrixMcpgo(ta *tally) *mcpgoserver.MCPServer {
 		return mcpgo.NewToolResultText(fmt.Sprintf("ran %d", ta.note(r.GetString("key", ""), func(m *matrixTally) { m.Runs++ }).Runs)), nil
 	})
 	s.AddTool(mcpgo.NewTool("hold", key), func(ctx context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
-		if err := ta.hold(ctx, r.GetString("key", "")); !errors.Is(err, context.Canceled) {
-			return nil, err
-		}
-		return nil, context.Canceled
+		return nil, ta.hold(ctx, r.GetString("key", ""))
 	})
 	s.AddTool(mcpgo.NewTool("tally", key), func(_ context.Context, r mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		return mcpgo.NewToolResultText(ta.text(r.GetString("key", ""))), nil
