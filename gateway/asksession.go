@@ -62,9 +62,11 @@ func (s *session) answerSession(id string, m *jsonrpc.Message) bool {
 	if !ok {
 		return false
 	}
-	if !s.takeLookup() {
+	if s.lookups.take(false) != tokenTaken {
 		return false
 	}
+	accepted := false
+	defer func() { s.lookups.done(accepted) }() // one that found its request was worth its lookup
 	wc := s.workerNamed(worker)
 	if wc == nil {
 		return false
@@ -78,10 +80,8 @@ func (s *session) answerSession(id string, m *jsonrpc.Message) bool {
 		s.g.log.Warn("could not deliver a client's answer to its worker", "scope", s.scope, "worker", worker, "err", err)
 		return false
 	}
-	if resp.GetAccepted() {
-		s.refundLookup() // it found its request: worth its lookup
-	}
-	return resp.GetAccepted()
+	accepted = resp.GetAccepted()
+	return accepted
 }
 
 // workerNamed is a client for the worker of that name, if it is attached.

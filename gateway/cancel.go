@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
@@ -71,11 +72,20 @@ func (s *session) clientCancelled(raw json.RawMessage, async, lookup func(func()
 	}
 	// Take the token before the lookup, so that concurrent cancels cannot
 	// all pass the check; a lookup that finds its call gives it back.
-	if !s.takeLookup() {
+	switch s.lookups.take(true) {
+	case tokenTaken:
+		lookup(func() { s.lookupCancel(id, reason) })
+	case tokenAwaited:
+		lookup(func() {
+			if !s.lookups.await(s.g.base) {
+				s.g.metrics.cancel(cancelRateLimited)
+				return
+			}
+			s.lookupCancel(id, reason)
+		})
+	default:
 		s.g.metrics.cancel(cancelRateLimited)
-		return
 	}
-	lookup(func() { s.lookupCancel(id, reason) })
 }
 
 // arrive records a request read from the client whose handling starts on
@@ -99,8 +109,10 @@ func (s *session) forgetArrival(id jsonrpc.ID) {
 }
 
 // lookupCancel asks the coordinator to cancel a request of this scope that
-// this gateway does not hold.
+// this gateway does not hold. The caller took a lookup token for it.
 func (s *session) lookupCancel(id jsonrpc.ID, reason string) {
+	won := false
+	defer func() { s.lookups.done(won) }() // only a cancel that won was worth its lookup
 	ctx, cancel := context.WithTimeout(s.g.base, cancelTimeout)
 	defer cancel()
 	resp, err := s.g.coord.Cancel(ctx, &pb.CancelRequest{
@@ -112,9 +124,7 @@ func (s *session) lookupCancel(id jsonrpc.ID, reason string) {
 		s.g.log.Warn("cancel for a call this gateway does not hold failed", "scope", s.scope, "err", err)
 		return
 	}
-	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_CANCELLED {
-		s.refundLookup() // only a cancel that won was worth its lookup
-	}
+	won = resp.GetResult() == pb.CancelResult_CANCEL_RESULT_CANCELLED
 	s.g.metrics.cancel(cancelResultLabel(resp.GetResult()))
 }
 
@@ -134,7 +144,10 @@ func cancelResultLabel(r pb.CancelResult) string {
 // nothing spends a token; with none left the session's lookups stop
 // until tokens refill. A flood of bogus cancels then costs the
 // coordinator little and cannot crowd out other sessions' cancels, while
-// cancels that find their calls are never limited.
+// cancels that find their calls are never limited: a cancel that finds
+// no token while lookups are in flight waits for them, since each that
+// finds its call gives its token back (sixty genuine cancels at once
+// must all land, though only fifty tokens exist).
 const (
 	lookupRate  = 20 // per second
 	lookupBurst = 50
@@ -147,7 +160,7 @@ type bucket struct {
 }
 
 // available refills the bucket to now and reports whether a token is
-// there. Callers hold the session's lock.
+// there.
 func (b *bucket) available(now time.Time) bool {
 	if b.last.IsZero() {
 		b.tokens = lookupBurst
@@ -158,28 +171,90 @@ func (b *bucket) available(now time.Time) bool {
 	return b.tokens >= 1
 }
 
-// spend takes a token.
-func (b *bucket) spend() { b.tokens-- }
-
-// refund gives a token back.
-func (b *bucket) refund() { b.tokens = min(lookupBurst, b.tokens+1) }
-
-// takeLookup takes a token for a remote lookup, if one is left.
-func (s *session) takeLookup() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.lookups.available(time.Now()) {
-		return false
-	}
-	s.lookups.spend()
-	return true
+// refillIn is how long until the bucket holds a token again.
+func (b *bucket) refillIn() time.Duration {
+	return max(time.Millisecond, time.Duration((1-b.tokens)/lookupRate*float64(time.Second)))
 }
 
-// refundLookup gives back the token of a lookup that was worth it.
-func (s *session) refundLookup() {
-	s.mu.Lock()
-	s.lookups.refund()
-	s.mu.Unlock()
+// lookupLimiter holds a session's lookup tokens and the lookups that hold
+// them. The zero value is ready.
+type lookupLimiter struct {
+	mu      sync.Mutex
+	b       bucket
+	out     int           // lookups holding a token
+	waiting int           // cancels waiting for one; at most lookupBurst
+	ended   chan struct{} // closed, and replaced, when a lookup ends
+}
+
+type take int
+
+const (
+	tokenRefused take = iota // none left and none may come back: drop the cancel
+	tokenTaken               // look it up now
+	tokenAwaited             // look it up once await gives a token
+)
+
+// take takes a token or, when mayWait, a place among those waiting for
+// one. Whoever is given a token calls done.
+func (l *lookupLimiter) take(mayWait bool) take {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.b.available(time.Now()):
+		l.b.tokens--
+		l.out++
+		return tokenTaken
+	case mayWait && l.out > 0 && l.waiting < lookupBurst:
+		l.waiting++
+		return tokenAwaited
+	}
+	return tokenRefused
+}
+
+// await waits for a token after take said tokenAwaited: one given back,
+// or the bucket's refill. It reports false when every lookup in flight
+// ended without giving one back first, or ctx ended.
+func (l *lookupLimiter) await(ctx context.Context) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer func() { l.waiting-- }()
+	for {
+		if l.b.available(time.Now()) {
+			l.b.tokens--
+			l.out++
+			return true
+		}
+		if l.out == 0 || ctx.Err() != nil {
+			return false
+		}
+		if l.ended == nil {
+			l.ended = make(chan struct{})
+		}
+		ended, refill := l.ended, time.NewTimer(l.b.refillIn())
+		l.mu.Unlock()
+		select {
+		case <-ended:
+		case <-refill.C:
+		case <-ctx.Done():
+		}
+		refill.Stop()
+		l.mu.Lock()
+	}
+}
+
+// done ends a lookup that held a token, giving the token back when the
+// lookup was worth it, and wakes the cancels waiting for one.
+func (l *lookupLimiter) done(refund bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out--
+	if refund {
+		l.b.tokens = min(lookupBurst, l.b.tokens+1)
+	}
+	if l.ended != nil {
+		close(l.ended)
+		l.ended = nil
+	}
 }
 
 // requestCancel asks for the call to be cancelled. Before Begin has

@@ -259,12 +259,11 @@ func (s *session) answered(m *jsonrpc.Message) {
 	if !ok || !s.remoteCalls() {
 		return // not ours, or no other replica can hold the call
 	}
-	if !s.takeLookup() {
+	if s.lookups.take(false) != tokenTaken {
 		return
 	}
-	if wc := s.remoteWorker(callID); wc != nil && s.deliver(wc, callID, seq, m) {
-		s.refundLookup() // it found its request: worth its lookup
-	}
+	wc := s.remoteWorker(callID)
+	s.lookups.done(wc != nil && s.deliver(wc, callID, seq, m)) // one that found its request was worth its lookup
 }
 
 // remoteWorker finds the worker running a call of this session that

@@ -47,8 +47,8 @@ type session struct {
 	logLevel    string
 	nextOut     int64
 	initialized bool
-	gone        bool   // the client itself left (stdio EOF, DELETE): it waits for nothing
-	lookups     bucket // remote lookups for cancels that named no local call
+	gone        bool          // the client itself left (stdio EOF, DELETE): it waits for nothing
+	lookups     lookupLimiter // remote lookups for cancels that named no local call
 	// arriving holds the requests read but not yet registered or answered
 	// (stdio dispatches each on its own goroutine); a client's cancel that
 	// names one waits here for the call to register.
