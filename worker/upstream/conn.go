@@ -61,7 +61,7 @@ func (a *Adapter) dial(ctx context.Context, client *mcp.Client, callLogs bool) (
 	}
 	cmd, stderr := a.command()
 	var ec *eventsConn
-	t := eventsTransport{taskTransport{inWireOrder{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}, &ec}
+	t := eventsTransport{taskTransport{inWireOrder{Transport: stdioTransport{cmd: cmd, terminateWait: a.opts.TerminateWait}, progress: a.tokens.relay}, &a.taskSupport}, &ec}
 	sess, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		if cmd.Process != nil && cmd.ProcessState == nil {
