@@ -172,7 +172,8 @@ type wireMessage struct {
 // decodeMessage decodes one message by the rules of the SDK's
 // jsonrpc.DecodeMessage: a version of "2.0"; a method makes a request
 // (a notification without an id); without one it is a response, which
-// needs an id.
+// needs an id. One difference: encoding/json matches keys regardless of
+// case, where the SDK's decoder matches them exactly.
 func decodeMessage(data []byte) (jsonrpc.Message, error) {
 	var w wireMessage
 	if err := json.Unmarshal(data, &w); err != nil {
