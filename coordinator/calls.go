@@ -124,12 +124,16 @@ func (s *Server) cancelResolved(ctx context.Context, key *pb.CallKey, principal 
 
 // Complete implements CoordinatorService.Complete.
 func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
+	// The call's time is to its completion's arrival: ownedCall may wait
+	// for the call's Begin to commit, and a time that counted that wait
+	// would never be quicker than a commit, so no Begin would linger.
+	arrived := s.now()
 	rec, kv, err := s.ownedCall(ctx, req.GetCall())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if rec.Task == nil && rec.State == stateRunning {
-		s.quick.completed(quickTarget(rec), s.now().Sub(rec.RequestedAt))
+		s.quick.completed(quickTarget(rec), arrived.Sub(rec.RequestedAt))
 	}
 	stopped := optTime(req.GetStoppedAt())
 	if stopped == nil {
