@@ -99,10 +99,10 @@ func quickTarget(rec *callRecord) string { return rec.Method + " " + rec.Tool }
 
 // claimFirst lets a decision that arrives while the call's Begin
 // lingers write the record first. It returns the func that ends the
-// claim, once the decision tried its write, or nil if the Begin has gone
-// to etcd or another decision holds the claim: then the decision waits
-// for the Begin.
-func (b *placedBegin) claimFirst() func() {
+// claim, once the decision tried its write, saying whether the write
+// created the record; or nil if the Begin has gone to etcd or another
+// decision holds the claim: then the decision waits for the Begin.
+func (b *placedBegin) claimFirst() func(created bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.sent || b.claim != nil {
@@ -110,13 +110,23 @@ func (b *placedBegin) claimFirst() func() {
 	}
 	b.claim = make(chan struct{})
 	close(b.claimed)
-	return sync.OnceFunc(func() { close(b.claim) })
+	var once sync.Once
+	return func(created bool) {
+		once.Do(func() {
+			b.mu.Lock()
+			b.created = created
+			b.mu.Unlock()
+			close(b.claim)
+		})
+	}
 }
 
 // linger holds the Begin back for up to d, or until a decision claims
 // the call; then, if one did, until it tried its write, for at most
-// bound (a backstop: every claiming decision tries promptly).
-func (b *placedBegin) linger(d, bound time.Duration) {
+// bound (a backstop: every claiming decision tries promptly). It reports
+// whether the claiming decision created the call's record, settled: the
+// Begin would find it and write nothing, so it need not go to etcd.
+func (b *placedBegin) linger(d, bound time.Duration) (settled bool) {
 	if d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -130,12 +140,16 @@ func (b *placedBegin) linger(d, bound time.Duration) {
 	claim := b.claim
 	b.mu.Unlock()
 	if claim == nil {
-		return
+		return false
 	}
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
 	case <-claim:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.created
 	case <-t.C:
+		return false
 	}
 }

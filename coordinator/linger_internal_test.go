@@ -40,36 +40,40 @@ func TestQuicknessLinger(t *testing.T) {
 }
 
 // A decision claims a lingering Begin once: the Begin stops lingering at
-// the claim and goes once the decision tried; a second decision, or one
-// after the Begin went, gets no claim.
+// the claim and goes once the decision tried, learning whether the
+// decision created the record (then it need not go to etcd); a second
+// decision, or one after the Begin went, gets no claim.
 func TestClaimFirst(t *testing.T) {
-	b := &placedBegin{done: make(chan struct{}), claimed: make(chan struct{})}
-	went := make(chan struct{})
-	go func() { // owned: the test waits on went
-		b.linger(time.Hour, time.Hour)
-		close(went)
-	}()
-	tried := b.claimFirst()
-	if tried == nil {
-		t.Fatal("a decision found no claim on a lingering Begin")
-	}
-	if b.claimFirst() != nil {
-		t.Fatal("two decisions claimed one Begin")
-	}
-	select {
-	case <-went:
-		t.Fatal("the Begin went before its claiming decision tried")
-	default:
-	}
-	tried()
-	tried() // a second call changes nothing
-	<-went
-	if b.claimFirst() != nil {
-		t.Fatal("a decision claimed a Begin that went")
+	for _, created := range []bool{false, true} {
+		b := &placedBegin{done: make(chan struct{}), claimed: make(chan struct{})}
+		went := make(chan bool)
+		go func() { went <- b.linger(time.Hour, time.Hour) }() // owned: the test reads went
+		tried := b.claimFirst()
+		if tried == nil {
+			t.Fatal("a decision found no claim on a lingering Begin")
+		}
+		if b.claimFirst() != nil {
+			t.Fatal("two decisions claimed one Begin")
+		}
+		select {
+		case <-went:
+			t.Fatal("the Begin went before its claiming decision tried")
+		default:
+		}
+		tried(created)
+		tried(!created) // a second call changes nothing
+		if settled := <-went; settled != created {
+			t.Fatalf("the decision created the record: %v; the Begin heard %v", created, settled)
+		}
+		if b.claimFirst() != nil {
+			t.Fatal("a decision claimed a Begin that went")
+		}
 	}
 
 	unclaimed := &placedBegin{done: make(chan struct{}), claimed: make(chan struct{})}
-	unclaimed.linger(time.Millisecond, time.Hour) // the linger passes; nothing to wait for
+	if unclaimed.linger(time.Millisecond, time.Hour) { // the linger passes; nothing to wait for
+		t.Fatal("an unclaimed Begin was told its call was settled")
+	}
 	if unclaimed.claimFirst() != nil {
 		t.Fatal("a decision claimed a Begin that went")
 	}

@@ -32,9 +32,9 @@ type placement struct {
 	Index     string      `json:"index"`      // its index key
 	WorkerRev int64       `json:"worker_rev"` // the worker key's create revision it was placed under
 
-	reuse  int64  // the index revision a created record replaces: 0, or a settled call's
-	closed string // the session was closed, for this reason: the record is the close's
-	tried  func() // ends a claim on the call's lingering Begin (linger.go), once createTxn tried
+	reuse  int64              // the index revision a created record replaces: 0, or a settled call's
+	closed string             // the session was closed, for this reason: the record is the close's
+	tried  func(created bool) // ends a claim on the call's lingering Begin (linger.go), once createTxn tried
 }
 
 // Start implements CoordinatorService.Start.
@@ -79,8 +79,11 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 	// that loses the stream decides the call by its placement instead.
 	ctx = context.WithoutCancel(ctx)
 	sendErr := send(&pb.StartResponse{Event: &pb.StartResponse_Placed{Placed: placedReply(rec, w, 0, []byte(encode(pl)))}})
-	p.linger(s.lingerFor(rec), s.opts.OpTimeout) // linger.go
-	fence, settled, err := s.beginPlaced(ctx, pl, w)
+	var fence int64
+	settled := p.linger(s.lingerFor(rec), s.opts.OpTimeout) // linger.go
+	if !settled {
+		fence, settled, err = s.beginPlaced(ctx, pl, w)
+	}
 	s.placed.resolve(rec.CallID, p, fence, settled, err)
 	if err != nil || settled {
 		// Not running here: a settled call's owner key, if any, comes
@@ -155,6 +158,7 @@ type placedBegin struct {
 	mu      sync.Mutex
 	sent    bool          // the Begin has gone to etcd: decisions wait for done
 	claim   chan struct{} // set by a claim; closed once its decision tried
+	created bool          // the claiming decision created the record
 	claimed chan struct{} // closed by a claim
 }
 
@@ -198,7 +202,7 @@ func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, 
 		if tried := b.claimFirst(); tried != nil { // its Begin lingers: record the call ourselves
 			rec, kv, err := s.unrecordedCall(ctx, ref, pl)
 			if kv != nil || err != nil {
-				tried()
+				tried(false)
 			} else {
 				rec.placed.tried = tried
 			}
@@ -277,8 +281,11 @@ var errCreateAgain = errors.New("coordinator: create the record again")
 // then loses to that.
 func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*mvccpb.KeyValue, error) {
 	pl := rec.placed
+	created := false
 	if pl.tried != nil {
-		defer pl.tried() // a lingering Begin goes now, and finds the call settled, or not
+		// A lingering Begin goes now, or, if this created the record
+		// settled, answers so without going to etcd.
+		defer func() { pl.tried(created) }()
 	}
 	if pl.closed != "" {
 		d = decision{state: stateCancelled, initiator: InitiatorName(pb.Initiator_INITIATOR_DISCONNECT), reason: pl.closed, children: d.children}
@@ -325,6 +332,7 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 		return nil, etcdErr(octx, "settle a placed call", err)
 	}
 	if resp.Succeeded {
+		created = true
 		s.metrics.decided(d.state, d.initiator, 1)
 		s.metrics.createdSettled.Inc()
 		if pl.closed != "" { // the close's decision, not the caller's

@@ -453,7 +453,7 @@ func TestDurableBeginToolIsRecordedFirst(t *testing.T) {
 func TestQuickCallTakesOneCommit(t *testing.T) {
 	e := newEnv(t, envOptions{coord: coordinator.Options{BeginLinger: 2 * time.Second}})
 	for i := range 10 {
-		before := e.revision(t)
+		before, txnsBefore := e.revision(t), commitTxns(t, e)
 		st, p := startPlaced(t, e.c, key("conn:quick", num(int64(i))), "echo")
 		ex, err := e.wc.Execute(t.Context(), &pb.ExecuteRequest{CallId: p.CallId, Placement: p.Placement, Worker: p.Worker,
 			Tool: "echo", ArgumentsJson: []byte(`{"text":"hi"}`), Deadline: p.Deadline})
@@ -469,6 +469,9 @@ func TestQuickCallTakesOneCommit(t *testing.T) {
 		}
 		if got := e.revision(t) - before; got != 1 {
 			t.Fatalf("call %d took %d commits, want 1", i, got)
+		}
+		if got := commitTxns(t, e) - txnsBefore; got != 1 { // the Begin went nowhere
+			t.Fatalf("call %d sent %v Txns to etcd, want 1", i, got)
 		}
 		if got := outcomes(e.audits(t, p.CallId)); len(got) != 1 || got[0] != "completed" {
 			t.Fatalf("call %d audit = %v, want one completed", i, got)
@@ -491,4 +494,20 @@ func TestQuickCallTakesOneCommit(t *testing.T) {
 	if got := outcomes(e.audits(t, p.CallId)); len(got) != 1 || got[0] != "cancelled" {
 		t.Fatalf("audit = %v, want one cancelled", got)
 	}
+}
+
+// commitTxns is how many Txns the first replica's group committer sent.
+func commitTxns(t *testing.T, e *env) float64 {
+	t.Helper()
+	mfs, err := e.coords[0].Server.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "mcpcancel_coordinator_etcd_commit_duration_seconds" {
+			return float64(mf.GetMetric()[0].GetHistogram().GetSampleCount())
+		}
+	}
+	t.Fatal("mcpcancel_coordinator_etcd_commit_duration_seconds not found")
+	return 0
 }
