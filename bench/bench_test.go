@@ -35,10 +35,12 @@ func TestQuick(t *testing.T) {
 	if r.FloorSamples != c.floorN || r.FloorCASP50 <= 0 || r.FloorWatchP99 < r.FloorWatchP50 || r.FloorCASMax < r.FloorCASP99 {
 		t.Errorf("floor = n %d, CAS p50 %v p99 %v max %v, watch p50 %v p99 %v", r.FloorSamples, r.FloorCASP50, r.FloorCASP99, r.FloorCASMax, r.FloorWatchP50, r.FloorWatchP99)
 	}
-	// A completed call needs at least its Begin and its Complete commits;
-	// fewer means the counting is broken, not that the product improved.
-	if r.CommitsPerCall < 2 || r.CommitsPerCancelledCall < 2 {
-		t.Errorf("commits per call %v, per cancelled call %v: want at least 2 each", r.CommitsPerCall, r.CommitsPerCancelledCall)
+	// A completed call commits its record at least (one commit when its
+	// Begin lingered and its Complete created the record settled); a
+	// cancelled one, a slow tool's, its Begin and its cancel. Fewer means
+	// the counting is broken, not that the product improved.
+	if r.CommitsPerCall < 1 || r.CommitsPerCancelledCall < 2 {
+		t.Errorf("commits per call %v, per cancelled call %v: want at least 1 and 2", r.CommitsPerCall, r.CommitsPerCancelledCall)
 	}
 	if r.CallsPerSec <= 0 || r.PlainCallsPerSec <= 0 || r.EtcdCeilingCallsPerSec <= 0 {
 		t.Errorf("throughput %v, plain %v, ceiling %v: want all positive", r.CallsPerSec, r.PlainCallsPerSec, r.EtcdCeilingCallsPerSec)

@@ -240,7 +240,7 @@ func (r *result) print(w io.Writer) {
 		// The design's 2 is Begin's and the decision's write Txns: the
 		// revisions. Proposals also count what is no call's (the retention
 		// lease's grant), so they are shown, not judged.
-		row(fmt.Sprintf("etcd commits per call (n=%d)", r.CommitCalls), fmt.Sprintf("%.3f  (%.3f revisions)", r.CommitsPerCall, r.RevisionsPerCall), verdict(r.RevisionsPerCall <= 2.0, "2 revisions"))
+		row(fmt.Sprintf("etcd commits per call (n=%d)", r.CommitCalls), fmt.Sprintf("%.3f  (%.3f revisions)", r.CommitsPerCall, r.RevisionsPerCall), verdict(r.RevisionsPerCall <= 2.0, "≤ 2 revisions"))
 	}
 	if r.CommitsPerCancelledCall > 0 {
 		// 2 plus the batched stopped_at record: no target of its own.
