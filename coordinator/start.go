@@ -200,13 +200,16 @@ func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, 
 	}
 	if b := s.placed.get(ref.GetCallId()); b != nil {
 		if tried := b.claimFirst(); tried != nil { // its Begin lingers: record the call ourselves
-			rec, kv, err := s.unrecordedCall(ctx, ref, pl)
-			if kv != nil || err != nil {
+			// Unread: the Begin has not gone, so only another replica's
+			// decision can have written the record, and createTxn's
+			// guard finds it (and a request id's index taken).
+			rec, err := s.asPlaced(pl)
+			if err != nil {
 				tried(false)
-			} else {
-				rec.placed.tried = tried
+				return nil, nil, err
 			}
-			return rec, kv, err
+			rec.placed.tried = tried
+			return rec, nil, nil
 		}
 		select {
 		case <-b.done:
@@ -246,22 +249,31 @@ func (s *Server) unrecordedCall(ctx context.Context, ref *pb.CallRef, pl *placem
 		}
 		return rec, kvs[0], nil
 	}
+	rec, err := s.asPlaced(pl)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ikv := resp.Responses[1].GetResponseRange().Kvs; len(ikv) > 0 {
+		if pl.reuse, err = s.reusable(ctx, ikv[0]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rec, nil, nil
+}
+
+// asPlaced is a placed call with no record, as a decision creates it.
+func (s *Server) asPlaced(pl *placement) (*callRecord, error) {
 	// A record is created only while the call could still be running: a
 	// decision that comes later (a worker's settle retried past its
 	// deadline on a half-dead link, found by the robustness soak) would
 	// outlive what guards the creation (the abandonment's lease, the
 	// record's own retention) and could record the call again.
 	if s.now().After(pl.Call.Deadline.Add(s.opts.LeaseTTL)) {
-		return nil, nil, fmt.Errorf("%w: call %s has no record and is past its deadline", ErrUnknownCall, pl.Call.CallID)
+		return nil, fmt.Errorf("%w: call %s has no record and is past its deadline", ErrUnknownCall, pl.Call.CallID)
 	}
 	rec := *pl.Call
 	rec.placed = pl
-	if ikv := resp.Responses[1].GetResponseRange().Kvs; len(ikv) > 0 {
-		if pl.reuse, err = s.reusable(ctx, ikv[0]); err != nil {
-			return nil, nil, err
-		}
-	}
-	return &rec, nil, nil
+	return &rec, nil
 }
 
 // errCreateAgain says a created record's guard found the request id's
