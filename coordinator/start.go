@@ -10,6 +10,7 @@ package coordinator
 // then finds the record and writes nothing.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -71,14 +72,15 @@ func (s *Server) start(ctx context.Context, req *pb.BeginRequest, send func(*pb.
 	s.metrics.starts.WithLabelValues("beside").Inc()
 	rec.CallID, rec.Worker = randid.New(16), w.name
 	pl := &placement{Call: rec, Index: s.keys.index(req.GetKey()), WorkerRev: w.createRev}
-	p := s.placed.add(rec.CallID)
+	encoded := []byte(encode(pl))
+	p := s.placed.add(pl, encoded)
 	s.view.addOwner(w.name, rec.CallID) // it counts toward its worker's load from now
 	tracePlacement(ctx, rec)
 	// Once the placement is out the Begin goes on, whether or not the
 	// gateway stays to hear of it: its Execute may be running. A gateway
 	// that loses the stream decides the call by its placement instead.
 	ctx = context.WithoutCancel(ctx)
-	sendErr := send(&pb.StartResponse{Event: &pb.StartResponse_Placed{Placed: placedReply(rec, w, 0, []byte(encode(pl)))}})
+	sendErr := send(&pb.StartResponse{Event: &pb.StartResponse_Placed{Placed: placedReply(rec, w, 0, encoded)}})
 	var fence int64
 	settled := p.linger(s.lingerFor(rec), s.opts.OpTimeout) // linger.go
 	if !settled {
@@ -148,6 +150,8 @@ type placedCalls struct {
 }
 
 type placedBegin struct {
+	pl      *placement    // as Start made it; read only
+	encoded []byte        // pl as Start sent it
 	done    chan struct{} // closed once the fields below are set
 	fence   int64
 	settled bool
@@ -162,15 +166,23 @@ type placedBegin struct {
 	claimed chan struct{} // closed by a claim
 }
 
-func (p *placedCalls) add(id string) *placedBegin {
-	b := &placedBegin{done: make(chan struct{}), claimed: make(chan struct{})}
+func (p *placedCalls) add(pl *placement, encoded []byte) *placedBegin {
+	b := &placedBegin{pl: pl, encoded: encoded, done: make(chan struct{}), claimed: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
 		p.m = map[string]*placedBegin{}
 	}
-	p.m[id] = b
+	p.m[pl.Call.CallID] = b
 	return b
+}
+
+// placement is a copy of the call's placement, for one decision: the
+// decision may change its own copy (createTxn), never another's.
+func (b *placedBegin) placement() *placement {
+	pl, rec := *b.pl, *b.pl.Call
+	pl.Call = &rec
+	return &pl
 }
 
 func (p *placedCalls) get(id string) *placedBegin {
@@ -191,14 +203,20 @@ func (p *placedCalls) resolve(id string, b *placedBegin, fence int64, settled bo
 // record if it has one, else the call as placed with a nil kv, for a
 // decision to create (settle, createTxn).
 func (s *Server) placedCall(ctx context.Context, ref *pb.CallRef) (*callRecord, *mvccpb.KeyValue, error) {
-	pl, err := decode[placement]("placement", ref.GetPlacement())
-	if err != nil {
-		return nil, nil, invalid("the call reference's placement is not one a coordinator made")
+	b := s.placed.get(ref.GetCallId())
+	var pl *placement
+	if b != nil && bytes.Equal(ref.GetPlacement(), b.encoded) {
+		pl = b.placement() // this replica's own, as it sent it: no need to decode it
+	} else {
+		var err error
+		if pl, err = decode[placement]("placement", ref.GetPlacement()); err != nil {
+			return nil, nil, invalid("the call reference's placement is not one a coordinator made")
+		}
 	}
 	if pl.Call == nil || pl.Call.CallID != ref.GetCallId() || pl.Call.Worker != ref.GetWorker() || pl.Index == "" {
 		return nil, nil, invalid("the call reference's placement names another call")
 	}
-	if b := s.placed.get(ref.GetCallId()); b != nil {
+	if b != nil {
 		if tried := b.claimFirst(); tried != nil { // its Begin lingers: record the call ourselves
 			// Unread: the Begin has not gone, so only another replica's
 			// decision can have written the record, and createTxn's
@@ -327,7 +345,7 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 	}
 	// The index holds the record as settled: a cancel resolved through it
 	// finds the call decided, never running at the index's revision.
-	ops = append(ops, clientv3.OpPut(pl.Index, encode(next), clientv3.WithLease(lease)))
+	ops = append(ops, clientv3.OpPut(pl.Index, string(ops[0].ValueBytes()), clientv3.WithLease(lease))) // next, as decide encoded it for the call key
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.commits.Txn(octx).If(guards...).Then(ops...).Else(
