@@ -47,8 +47,21 @@ func (t taskTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 
 // taskSupports is what the server's tools/list said of each tool.
 type taskSupports struct {
-	mu sync.Mutex
-	m  map[string]string
+	mu       sync.Mutex
+	m        map[string]string
+	required bool // some tool requires task augmentation
+}
+
+// anyRequired says whether some tool requires task augmentation: if none
+// does, a tools/call goes upstream as the SDK wrote it, its params
+// undecoded.
+func (s *taskSupports) anyRequired() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.required
 }
 
 func (s *taskSupports) get(tool string) string {
@@ -68,6 +81,10 @@ func (s *taskSupports) set(tools []rawTool) {
 	}
 	for _, t := range tools {
 		s.m[t.Name] = t.Execution.TaskSupport
+	}
+	s.required = false
+	for _, support := range s.m {
+		s.required = s.required || support == worker.TaskRequired
 	}
 }
 
@@ -114,7 +131,7 @@ func (c *taskConn) Write(ctx context.Context, m jsonrpc.Message) error {
 		c.mu.Lock()
 		c.lists[req.ID] = true
 		c.mu.Unlock()
-	case req.IsCall() && req.Method == "tools/call":
+	case req.IsCall() && req.Method == "tools/call" && c.support.anyRequired():
 		var p map[string]json.RawMessage
 		var name string
 		if json.Unmarshal(req.Params, &p) == nil && json.Unmarshal(p["name"], &name) == nil && c.support.get(name) == worker.TaskRequired {
