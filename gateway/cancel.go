@@ -186,17 +186,17 @@ type lookupLimiter struct {
 	ended   chan struct{} // closed, and replaced, when a lookup ends
 }
 
-type take int
+type tokenGrant int
 
 const (
-	tokenRefused take = iota // none left and none may come back: drop the cancel
-	tokenTaken               // look it up now
-	tokenAwaited             // look it up once await gives a token
+	tokenRefused tokenGrant = iota // none left and none may come back: drop the cancel
+	tokenTaken                     // look it up now
+	tokenAwaited                   // look it up once await gives a token
 )
 
 // take takes a token or, when mayWait, a place among those waiting for
 // one. Whoever is given a token calls done.
-func (l *lookupLimiter) take(mayWait bool) take {
+func (l *lookupLimiter) take(mayWait bool) tokenGrant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
