@@ -178,7 +178,7 @@ func (in *Injector) switchWorker(ctx context.Context, w int, old bool) error {
 	bin, kind, rel := in.releaseOf(old)
 	in.note(kind, "worker %d (%s) to %s", w, in.c.name(w), rel)
 	p := in.c.workers[w]
-	err := stopWithin(p, drainTimeout)
+	err := in.stopWithin(p, drainTimeout, !old)
 	p.setBin(bin)
 	return errors.Join(err, in.restart(ctx, w))
 }
@@ -188,7 +188,7 @@ func (in *Injector) switchGateway(ctx context.Context, i int, old bool) error {
 	bin, kind, rel := in.releaseOf(old)
 	in.note(kind, "gateway %d to %s", i, rel)
 	p := in.c.gateways[i]
-	err := stopWithin(p, gatewayGrace)
+	err := in.stopWithin(p, gatewayGrace, !old)
 	p.setBin(bin)
 	in.c.rel.set(gatewayRecordName(i), old)
 	return errors.Join(err, in.restartGateway(ctx, i))
@@ -204,7 +204,7 @@ func (in *Injector) switchCoordinator(ctx context.Context, i int, old bool) erro
 		in.c.gate.set(i, true)
 	}
 	p := in.c.coords[i]
-	stopErr := stopWithin(p, coordGrace)
+	stopErr := in.stopWithin(p, coordGrace, !old)
 	p.setBin(bin)
 	in.c.rel.set(coordName(i), old)
 	err := p.start()
@@ -220,10 +220,21 @@ func (in *Injector) switchCoordinator(ctx context.Context, i int, old bool) erro
 // stopWithin stops p as a rolling restart does and fails if it took
 // longer than its grace plus stopMargin (it is then killed, and the
 // switch goes on: the fault is reported, the fleet kept whole).
-func stopWithin(p *process, grace time.Duration) error {
+//
+// A process of the last release (lastRelease) that takes longer is
+// killed the same way but only logged: v0.1.0's gRPC
+// server has no handshake timeout (this tree's since a044949), so a
+// connection a silent fault keeps mid-handshake holds its stop, even
+// its forced one, for 120 s. The soak at 4942689 met it once in 24
+// upgrades. This tree's processes must stop in time.
+func (in *Injector) stopWithin(p *process, grace time.Duration, lastRelease bool) error {
 	began := time.Now()
 	p.stop(grace + stopMargin)
 	if took := time.Since(began); took >= grace+stopMargin {
+		if lastRelease {
+			in.log("%s, of %s, did not stop within %v of SIGTERM; killed (the last release's known defect)", p.name, in.up.release, grace+stopMargin)
+			return nil
+		}
 		return fmt.Errorf("%s did not stop within %v of SIGTERM; killed", p.name, grace+stopMargin)
 	}
 	return nil
