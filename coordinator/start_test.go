@@ -495,19 +495,3 @@ func TestQuickCallTakesOneCommit(t *testing.T) {
 		t.Fatalf("audit = %v, want one cancelled", got)
 	}
 }
-
-// commitTxns is how many Txns the first replica's group committer sent.
-func commitTxns(t *testing.T, e *env) float64 {
-	t.Helper()
-	mfs, err := e.coords[0].Server.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "mcpcancel_coordinator_etcd_commit_duration_seconds" {
-			return float64(mf.GetMetric()[0].GetHistogram().GetSampleCount())
-		}
-	}
-	t.Fatal("mcpcancel_coordinator_etcd_commit_duration_seconds not found")
-	return 0
-}
