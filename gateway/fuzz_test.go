@@ -98,12 +98,12 @@ func FuzzReadLines(f *testing.F) {
 		br := bufio.NewReaderSize(bytes.NewReader(in), 16)
 		var total int
 		for {
-			line, err := readLine(br, int64(max))
+			line, err := jsonrpc.ReadLine(br, int64(max))
 			if int64(len(line)) > int64(max) {
 				t.Fatalf("line of %d bytes over a %d-byte limit", len(line), max)
 			}
 			total += len(line)
-			if err != nil && err != errLineTooLong {
+			if err != nil && err != jsonrpc.ErrLineTooLong {
 				break
 			}
 		}

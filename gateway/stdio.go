@@ -146,45 +146,16 @@ func ordersSession(method string) bool {
 func readLines(r io.Reader, max int64, out chan<- []byte, stop <-chan struct{}) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
-		line, err := readLine(br, max)
-		if line != nil || errors.Is(err, errLineTooLong) {
+		line, err := jsonrpc.ReadLine(br, max)
+		if line != nil || errors.Is(err, jsonrpc.ErrLineTooLong) {
 			select {
 			case out <- line:
 			case <-stop:
 				return nil
 			}
 		}
-		if err != nil && !errors.Is(err, errLineTooLong) {
+		if err != nil && !errors.Is(err, jsonrpc.ErrLineTooLong) {
 			return err
 		}
-	}
-}
-
-var errLineTooLong = errors.New("gateway: line too long")
-
-func readLine(br *bufio.Reader, max int64) ([]byte, error) {
-	var buf []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if int64(len(buf)+len(chunk)) > max {
-			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = br.ReadSlice('\n')
-			}
-			if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-				return nil, err
-			}
-			return nil, errLineTooLong
-		}
-		buf = append(buf, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			if len(buf) > 0 && errors.Is(err, io.EOF) {
-				return buf, nil
-			}
-			return nil, err
-		}
-		return buf, nil
 	}
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	ijsonrpc "github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
 
 // stdioTransport runs the server's command and speaks MCP to it over the
@@ -92,27 +94,13 @@ func (c *stdioConn) readLines(stdout io.Reader) {
 	}
 }
 
-// readLine reads one line, without its end, into a slice of its own; at
-// most maxLine bytes.
+// readLine reads one line, without its end; at most maxLine bytes.
 func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		part, err := br.ReadSlice('\n')
-		if len(line)+len(part) > maxLine+2 {
-			return nil, fmt.Errorf("a message from the server is longer than %d bytes", maxLine)
-		}
-		line = append(line, part...)
-		switch {
-		case err == nil:
-			return bytes.TrimRight(line, "\r\n"), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case err == io.EOF && len(line) > 0:
-			return line, nil // the last line, without its end; EOF comes next
-		default:
-			return nil, err
-		}
+	line, err := ijsonrpc.ReadLine(br, maxLine+2) // with its end, \r\n
+	if errors.Is(err, ijsonrpc.ErrLineTooLong) {
+		return nil, fmt.Errorf("a message from the server is longer than %d bytes", maxLine)
 	}
+	return bytes.TrimRight(line, "\r\n"), err
 }
 
 func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
