@@ -63,7 +63,7 @@ func TestLookupLimiterWaitsForRefunds(t *testing.T) {
 		if l.take(true) != tokenRefused {
 			t.Fatal("a take with no lookup in flight waited")
 		}
-		time.Sleep(time.Second / lookupRate) // synctest's clock: the refill's time, not a synchronisation
+		<-time.After(time.Second / lookupRate) // the refill's deadline, on synctest's clock
 		if l.take(true) != tokenTaken {
 			t.Fatal("the bucket did not refill")
 		}
