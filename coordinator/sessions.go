@@ -264,9 +264,10 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 	now := s.now()
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
-	for _, c := range calls {
-		_, guard, writes := s.decide(c.rec, c.kv, d, now, lease)
-		cmps, ops = append(cmps, guard), append(ops, writes...)
+	sts := make([]settlement, len(calls))
+	for i, c := range calls {
+		sts[i] = s.decide(c.rec, c.kv, d, now, lease)
+		cmps, ops = append(cmps, sts[i].guard), append(ops, sts[i].ops...)
 	}
 	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
@@ -279,8 +280,9 @@ func (s *Server) settleBatch(ctx context.Context, calls []runningCall, d decisio
 	}
 	var ids []string
 	if resp.Succeeded {
-		for _, c := range calls {
+		for i, c := range calls {
 			s.running.remove(c.rec.CallID)
+			s.stops.decided.remember(sts[i], resp.Header.Revision)
 			ids = append(ids, c.rec.CallID)
 		}
 		s.metrics.decided(d.state, d.initiator, len(calls))

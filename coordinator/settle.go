@@ -149,30 +149,43 @@ func (s *Server) settleOnce(ctx context.Context, rec *callRecord, kv *mvccpb.Key
 	return verdict{}, fmt.Errorf("%w: call %s kept changing", ErrEtcd, rec.CallID)
 }
 
+// settlement is what decide makes of a decision.
+type settlement struct {
+	next  *callRecord // the call's record once settled
+	guard clientv3.Cmp
+	ops   []clientv3.Op
+	// ordered is the audit record written with a stop order (nil
+	// without one): the worker's stop report will complete it.
+	ordered *AuditRecord
+}
+
 // decide returns the guard and the writes that settle a running call as d
 // says: the call's record and its audit record, on the retention lease,
 // and its owner key, deleted if the handler has returned, else a stop
 // order for the worker.
-func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now time.Time, lease clientv3.LeaseID) (*callRecord, clientv3.Cmp, []clientv3.Op) {
+func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now time.Time, lease clientv3.LeaseID) settlement {
 	next := *rec
 	next.State, next.Initiator, next.Reason, next.SettledAt = d.state, d.initiator, d.reason, now
 	next.AuditKey = s.keys.audit(now, rec.CallID, "")
+	audit := d.withChildren(next.audit(d.outcome(), now, d.stoppedAt))
+	st := settlement{next: &next, guard: clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}
 	owner := s.keys.owner(rec.Worker, rec.CallID)
 	ownerOp := clientv3.OpDelete(owner)
 	if d.stoppedAt == nil && !d.ownerGone {
 		ownerOp = clientv3.OpPut(owner, encode(stopOrder{d.state, d.initiator, d.reason}))
+		st.ordered = audit
 	}
-	ops := []clientv3.Op{
+	st.ops = []clientv3.Op{
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
-		clientv3.OpPut(next.AuditKey, encode(d.withChildren(next.audit(d.outcome(), now, d.stoppedAt))), clientv3.WithLease(lease)),
+		clientv3.OpPut(next.AuditKey, encode(audit), clientv3.WithLease(lease)),
 		ownerOp,
 	}
 	if rec.Task != nil { // a task's call is in no scope's running set
-		ops = append(ops, s.taskOps(rec, d)...)
+		st.ops = append(st.ops, s.taskOps(rec, d)...)
 	} else {
-		ops = append(ops, clientv3.OpDelete(s.keys.runningOf(rec)))
+		st.ops = append(st.ops, clientv3.OpDelete(s.keys.runningOf(rec)))
 	}
-	return &next, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), ops
+	return st
 }
 
 // settleTxn returns nil if the decision won, else the call as it is now.
@@ -181,10 +194,10 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 	if err != nil {
 		return nil, err
 	}
-	_, guard, ops := s.decide(rec, kv, d, s.now(), lease)
+	st := s.decide(rec, kv, d, s.now(), lease)
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	resp, err := s.commits.Txn(ctx).If(guard).Then(ops...).Else( // with concurrent calls' decisions
+	resp, err := s.commits.Txn(ctx).If(st.guard).Then(st.ops...).Else( // with concurrent calls' decisions
 		clientv3.OpGet(string(kv.Key)),
 	).Commit()
 	if err != nil {
@@ -204,6 +217,7 @@ func (s *Server) settleTxn(ctx context.Context, rec *callRecord, kv *mvccpb.KeyV
 		}
 		return cur[0], nil
 	}
+	s.stops.decided.remember(st, resp.Header.Revision)
 	s.metrics.decided(d.state, d.initiator, 1)
 	return nil, nil
 }

@@ -331,9 +331,10 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 	d.ownerGone = d.ownerGone || d.stoppedAt == nil
 	ck := s.keys.call(rec.CallID)
 	abandoned, closed, wk := s.keys.abandoned(rec.BeginID), s.keys.sessionClosed(rec.Scope), s.keys.worker(rec.Worker)
-	next, guard, ops := s.decide(rec, &mvccpb.KeyValue{Key: []byte(ck)}, d, s.now(), lease)
+	st := s.decide(rec, &mvccpb.KeyValue{Key: []byte(ck)}, d, s.now(), lease)
+	next, ops := st.next, st.ops
 	guards := []clientv3.Cmp{
-		guard, // the call key's absence
+		st.guard, // the call key's absence
 		clientv3.Compare(clientv3.ModRevision(pl.Index), "=", pl.reuse),
 		clientv3.Compare(clientv3.CreateRevision(abandoned), "=", 0),
 	}
