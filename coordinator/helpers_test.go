@@ -1,9 +1,13 @@
 package coordinator_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,5 +291,29 @@ func commitTxns(t *testing.T, e *env) float64 {
 		}
 	}
 	t.Fatal("mcpcancel_coordinator_etcd_commit_duration_seconds not found")
+	return 0
+}
+
+// etcdDeletes is how many deletes the etcd members of this test process
+// have applied (etcd's counter is the process's), each key or range a Txn
+// names counted, found or not.
+func etcdDeletes(t *testing.T, e *env) float64 {
+	t.Helper()
+	resp, err := http.Get(e.etcd.Members[0].ClientURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "etcd_mvcc_delete_total "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("etcd_mvcc_delete_total not found (%v)", sc.Err())
 	return 0
 }

@@ -178,11 +178,18 @@ func (s *Server) decide(rec *callRecord, kv *mvccpb.KeyValue, d decision, now ti
 	st.ops = []clientv3.Op{
 		clientv3.OpPut(string(kv.Key), encode(&next), clientv3.WithLease(lease)),
 		clientv3.OpPut(next.AuditKey, encode(audit), clientv3.WithLease(lease)),
-		ownerOp,
 	}
-	if rec.Task != nil { // a task's call is in no scope's running set
+	// A decision that creates the call's record (start.go) finds no owner
+	// key or running-set entry to clear: only the Begin, which it beat,
+	// writes them, with the record.
+	begun := kv.ModRevision != 0
+	if begun {
+		st.ops = append(st.ops, ownerOp)
+	}
+	switch {
+	case rec.Task != nil: // a task's call is in no scope's running set
 		st.ops = append(st.ops, s.taskOps(rec, d)...)
-	} else {
+	case begun:
 		st.ops = append(st.ops, clientv3.OpDelete(s.keys.runningOf(rec)))
 	}
 	return st

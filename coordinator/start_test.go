@@ -453,7 +453,7 @@ func TestDurableBeginToolIsRecordedFirst(t *testing.T) {
 func TestQuickCallTakesOneCommit(t *testing.T) {
 	e := newEnv(t, envOptions{coord: coordinator.Options{BeginLinger: 2 * time.Second}})
 	for i := range 10 {
-		before, txnsBefore := e.revision(t), commitTxns(t, e)
+		before, txnsBefore, deletesBefore := e.revision(t), commitTxns(t, e), etcdDeletes(t, e)
 		st, p := startPlaced(t, e.c, key("conn:quick", num(int64(i))), "echo")
 		ex, err := e.wc.Execute(t.Context(), &pb.ExecuteRequest{CallId: p.CallId, Placement: p.Placement, Worker: p.Worker,
 			Tool: "echo", ArgumentsJson: []byte(`{"text":"hi"}`), Deadline: p.Deadline})
@@ -472,6 +472,9 @@ func TestQuickCallTakesOneCommit(t *testing.T) {
 		}
 		if got := commitTxns(t, e) - txnsBefore; got != 1 { // the Begin went nowhere
 			t.Fatalf("call %d sent %v Txns to etcd, want 1", i, got)
+		}
+		if got := etcdDeletes(t, e) - deletesBefore; got != 0 { // no Begin wrote anything to clear
+			t.Fatalf("call %d asked etcd for %v deletes, want none", i, got)
 		}
 		if got := outcomes(e.audits(t, p.CallId)); len(got) != 1 || got[0] != "completed" {
 			t.Fatalf("call %d audit = %v, want one completed", i, got)
