@@ -45,6 +45,9 @@ type call struct {
 	timeout  time.Duration     // as granted by the coordinator, for the timeout's message
 	stopExec context.CancelFunc
 	retried  bool // the call was placed once more after its worker was lost
+	// handlerStopped says its worker was told the caller is gone
+	// (stopHandler).
+	handlerStopped bool
 	// placement is the call as its coordinator placed it beside its work,
 	// until Begun says its record is durable and gives fence instead:
 	// decisions then name the record, and the placement (about 500
@@ -171,7 +174,7 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 		return nil
 	}
 	c.mu.Lock()
-	c.retried, c.begun, c.stopExec, c.placement, c.fence = true, nil, nil, nil, 0
+	c.retried, c.begun, c.stopExec, c.handlerStopped, c.placement, c.fence = true, nil, nil, false, nil, 0
 	c.mu.Unlock()
 	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()

@@ -58,6 +58,9 @@ func (s *session) clientCancelled(raw json.RawMessage, async, lookup func(func()
 	switch {
 	case c != nil:
 		o, lost := c.gate.askCancel(pb.Initiator_INITIATOR_CLIENT, reason)
+		if !lost {
+			c.stopHandler()
+		}
 		if o != nil {
 			async(func() { c.sendCancel(o) })
 		}
@@ -265,6 +268,9 @@ func (l *lookupLimiter) done(refund bool) {
 // cancel can still find it here).
 func (c *call) requestCancel(who pb.Initiator, reason string) bool {
 	o, lost := c.gate.askCancel(who, reason)
+	if who == pb.Initiator_INITIATOR_CLIENT && !lost {
+		c.stopHandler()
+	}
 	if o != nil {
 		c.sendCancel(o)
 	}
@@ -272,8 +278,14 @@ func (c *call) requestCancel(who pb.Initiator, reason string) bool {
 }
 
 // sendCancel asks the coordinator; it reports whether the cancel won.
+// A client's cancel has its call's handler stopped (stopHandler) beside
+// the decision, not after it; this catches a call whose Execute stream
+// opened after the cancel came.
 func (c *call) sendCancel(o *cancelOrder) bool {
 	g := c.s.g
+	if o.who == pb.Initiator_INITIATOR_CLIENT {
+		c.stopHandler()
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.traced(g.base)), cancelTimeout)
 	defer cancel()
 	resp, err := g.coord.Cancel(ctx, &pb.CancelRequest{
@@ -304,6 +316,25 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 		return true
 	}
 	return false // completion (or failure) won; its answer goes out
+}
+
+// stopHandler tells the worker running the call, once, that its caller
+// is gone, so that the handler stops now: a client's cancel takes effect
+// as its leaving does (callersGone), beside the decision and not one
+// commit after it, even while the call's record is not yet durable. The
+// worker keeps the Execute stream and ends the call as the decision says;
+// a handler that had already returned is left alone, and its completion
+// may still win. Should no decision come by decide_by (the cancel could
+// not be sent), the worker cancels the call itself. Nothing is shown the
+// sooner for it.
+func (c *call) stopHandler() {
+	c.mu.Lock()
+	stop := c.stopExec != nil && !c.handlerStopped
+	c.handlerStopped = c.handlerStopped || stop
+	c.mu.Unlock()
+	if stop {
+		c.s.g.callersGone([]*call{c})
+	}
 }
 
 // cancelledBy closes the call's gate after a cancellation won, answering

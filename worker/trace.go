@@ -65,8 +65,8 @@ func stopCause(cause error) string {
 		return "lease_lost"
 	case errors.Is(cause, context.DeadlineExceeded):
 		return "deadline"
-	case errors.Is(cause, context.Canceled):
-		return "caller_gone"
+	case errors.Is(cause, errCallerGone), errors.Is(cause, context.Canceled):
+		return "caller_gone" // told so (CallersGone), or its stream ended
 	default:
 		return "other"
 	}
