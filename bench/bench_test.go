@@ -37,10 +37,12 @@ func TestQuick(t *testing.T) {
 	}
 	// A completed call commits its record at least (one commit when its
 	// Begin lingered and its Complete created the record settled); a
-	// cancelled one, a slow tool's, its Begin and its cancel. Fewer means
-	// the counting is broken, not that the product improved.
-	if r.CommitsPerCall < 1 || r.CommitsPerCancelledCall < 2 {
-		t.Errorf("commits per call %v, per cancelled call %v: want at least 1 and 2", r.CommitsPerCall, r.CommitsPerCancelledCall)
+	// cancelled one its Begin and its cancel, but its handler stops
+	// before the cancel commits, so the bench's next call begins beside
+	// it and the two may share a commit. Fewer than one means the
+	// counting is broken, not that the product improved.
+	if r.CommitsPerCall < 1 || r.CommitsPerCancelledCall < 1 {
+		t.Errorf("commits per call %v, per cancelled call %v: want at least 1 each", r.CommitsPerCall, r.CommitsPerCancelledCall)
 	}
 	if r.CallsPerSec <= 0 || r.PlainCallsPerSec <= 0 || r.EtcdCeilingCallsPerSec <= 0 {
 		t.Errorf("throughput %v, plain %v, ceiling %v: want all positive", r.CallsPerSec, r.PlainCallsPerSec, r.EtcdCeilingCallsPerSec)
