@@ -138,3 +138,38 @@ func lastEvent(tb testing.TB, stream pb.WorkerService_ExecuteClient) *pb.Execute
 		last = ev
 	}
 }
+
+// A call stopped by CallersGone waits for its decision, but not past the
+// worker's drain: a worker shutting down (here while the decision is a
+// minute away) settles the call itself, as a caller gone, and stops.
+// Found by the soak: a worker stuck in its drain past its grace.
+func TestCallersGoneDoesNotHoldTheDrain(t *testing.T) {
+	cl := etcdtest.Single(t)
+	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
+	c := coord.Client(t)
+	wt := startWaitCallsWith(t, c, worker.Options{Coordinator: coord.Addr, Name: "draining", DrainTimeout: 100 * time.Millisecond})
+	k := &pb.CallKey{Scope: "conn:draining", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: 1}}}
+	bg, stream := wt.run(t, k)
+	decideBy := time.Now().Add(time.Minute)
+	own, err := wt.wc.CallersGone(t.Context(), &pb.CallersGoneRequest{CallIds: []string{bg.CallId}, DecideBy: timestamppb.New(decideBy)})
+	if err != nil || own.GetStopped() != 1 {
+		t.Fatalf("CallersGone: %v, %v; want the call stopped", own, err)
+	}
+	testcluster.WaitFor(t, "the handler to return", func() bool {
+		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_running_handlers") == 0
+	})
+	if err := wt.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().After(decideBy) {
+		t.Fatal("the worker's drain waited for the decision until decide_by")
+	}
+	ev := lastEvent(t, stream)
+	if e := ev.GetCancelled(); e == nil || e.GetInitiator() != pb.Initiator_INITIATOR_DISCONNECT || e.GetReason() != worker.ReasonCallerGone {
+		t.Fatalf("the stream ended with %v; want cancelled by the worker as %q", ev, worker.ReasonCallerGone)
+	}
+	got, err := c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: bg.CallId}})
+	if err != nil || got.GetCall().GetState() != pb.CallState_CALL_STATE_CANCELLED {
+		t.Errorf("the call: %v, %v; want it cancelled", got, err)
+	}
+}

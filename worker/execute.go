@@ -49,7 +49,8 @@ type execution struct {
 	state      int
 	order      *pb.StopCall  // why the coordinator stopped the call
 	ownOrder   bool          // order is the worker's own, after it lost its lease
-	ordered    chan struct{} // closed once a coordinator's order is set
+	ordered    chan struct{} // closed once an order is set, or the worker shuts down (endAwaitLocked)
+	awaitEnded bool          // ordered is closed
 	last       float64       // last progress sent
 	anySent    bool
 	reported   reported              // last progress the handler reported (progress.go)
@@ -237,9 +238,7 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 	}
 	if e.order == nil {
 		e.order, e.ownOrder = o, errors.Is(cause, errLeaseLost)
-		if !e.ownOrder {
-			close(e.ordered)
-		}
+		e.endAwaitLocked()
 	}
 	at := e.stoppedAt
 	if e.awaiting {
@@ -252,7 +251,22 @@ func (e *execution) stopBy(o *pb.StopCall, cause error) time.Time {
 
 func (e *execution) shutdown() {
 	e.markCancelled()
+	e.mu.Lock()
+	e.endAwaitLocked() // no decision is waited for past the drain
+	e.mu.Unlock()
 	e.cancel(errShutdown)
+}
+
+// endAwaitLocked ends finish's wait for the coordinator's order
+// (awaitOrder), once: an order came (the coordinator's, or the worker's
+// own when it lost its lease), or the worker is shutting down. awaitOrder
+// then takes the coordinator's order if there is one; else finish
+// settles the call itself.
+func (e *execution) endAwaitLocked() {
+	if !e.awaitEnded {
+		e.awaitEnded = true
+		close(e.ordered)
+	}
 }
 
 // markCancelled notes when the call's context was first cancelled.

@@ -21,8 +21,13 @@ type waitCalls struct {
 // startWaitCalls starts the worker name, attached at coordAddr (the
 // coordinator c, or a proxy in front of it).
 func startWaitCalls(tb testing.TB, c pb.CoordinatorServiceClient, coordAddr, name string) *waitCalls {
+	return startWaitCallsWith(tb, c, worker.Options{Coordinator: coordAddr, Name: name})
+}
+
+// startWaitCallsWith is startWaitCalls with the worker's options.
+func startWaitCallsWith(tb testing.TB, c pb.CoordinatorServiceClient, opts worker.Options) *waitCalls {
 	wt := &waitCalls{c: c, started: make(chan struct{}, 1)}
-	wt.w = testcluster.StartWorker(tb, worker.Options{Coordinator: coordAddr, Name: name}, func(w *worker.Worker) {
+	wt.w = testcluster.StartWorker(tb, opts, func(w *worker.Worker) {
 		w.Handle(worker.Tool{Name: "wait"}, func(ctx context.Context, c *worker.Call) (*worker.Result, error) {
 			wt.started <- struct{}{}
 			<-ctx.Done()
