@@ -57,10 +57,7 @@ func (s *session) clientCancelled(raw json.RawMessage, async, lookup func(func()
 	outbound = outbound || s.isOutbound(id)
 	switch {
 	case c != nil:
-		o, lost := c.gate.askCancel(pb.Initiator_INITIATOR_CLIENT, reason)
-		if !lost {
-			c.stopHandler()
-		}
+		o, lost := c.askCancel(pb.Initiator_INITIATOR_CLIENT, reason)
 		if o != nil {
 			async(func() { c.sendCancel(o) })
 		}
@@ -267,14 +264,21 @@ func (l *lookupLimiter) done(refund bool) {
 // (the call stays in its session until the answer is written, so such a
 // cancel can still find it here).
 func (c *call) requestCancel(who pb.Initiator, reason string) bool {
-	o, lost := c.gate.askCancel(who, reason)
-	if who == pb.Initiator_INITIATOR_CLIENT && !lost {
-		c.stopHandler()
-	}
+	o, lost := c.askCancel(who, reason)
 	if o != nil {
 		c.sendCancel(o)
 	}
 	return !lost
+}
+
+// askCancel is the gate's askCancel; a client's cancel that did not lose
+// also has the call's handler stopped (stopHandler).
+func (c *call) askCancel(who pb.Initiator, reason string) (send *cancelOrder, lost bool) {
+	send, lost = c.gate.askCancel(who, reason)
+	if who == pb.Initiator_INITIATOR_CLIENT && !lost {
+		c.stopHandler()
+	}
+	return send, lost
 }
 
 // sendCancel asks the coordinator; it reports whether the cancel won.
