@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -402,13 +403,19 @@ func (s *Server) createTxn(ctx context.Context, rec *callRecord, d decision) (*m
 // at once, as before calls were begun beside their work.
 const maxRecordWaits = 256
 
+// awaitAnswerMargin is the time awaitRecord leaves before its caller's
+// deadline to settle the call whose record appeared, or to answer unknown.
+const awaitAnswerMargin = time.Second
+
 // awaitRecord waits for the record of the call under key to appear, for
 // a client's cancel that reached this replica before it: a call begun
 // beside its work runs before its record is durable, and its client may
 // cancel it through another replica meanwhile (a 2025-era HTTP session
 // spans replicas). It waits with a watch, never a write, at most the time
 // a Begin may take to commit, and reports whether the record appeared.
-// A bogus cancel costs this wait and one read.
+// A bogus cancel costs this wait and one read. The wait ends early enough
+// to answer before the caller's deadline (awaitAnswerMargin): a cancel
+// its caller gave up on is sent again, and waits again.
 func (s *Server) awaitRecord(ctx context.Context, key *pb.CallKey) bool {
 	select {
 	case s.recordWaits <- struct{}{}:
@@ -417,7 +424,11 @@ func (s *Server) awaitRecord(ctx context.Context, key *pb.CallKey) bool {
 		return false
 	}
 	idx := s.keys.index(key)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
+	wait := s.opts.OpTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)-awaitAnswerMargin)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	resp, err := s.cli.Get(ctx, idx, clientv3.WithKeysOnly())
 	if err != nil {

@@ -79,6 +79,21 @@ const attemptTimeout = 2 * time.Second
 // that is starting, or a paused etcd leader, may hold it for seconds).
 const beginAttemptTimeout = 5 * time.Second
 
+// awaitAttemptTimeout bounds a Cancel that may wait for its call's
+// record to appear (AwaitRecord): the coordinator waits up to as long as
+// a Begin may take to commit, and answers unknown if none does. Bounded
+// as a read, a cancel for a request that never began went unanswered,
+// and the gateway redialled a healthy link four times over (seen in the
+// fault harness).
+const awaitAttemptTimeout = beginAttemptTimeout + attemptTimeout
+
+// awaitsRecord reports whether args is a Cancel that may wait for its
+// call's record.
+func awaitsRecord(args any) bool {
+	r, ok := args.(*pb.CancelRequest)
+	return ok && r.GetAwaitRecord()
+}
+
 // unansweredAfter is how long an attempt must have waited, when it ends
 // at a deadline, for its silence to count against the link: a caller
 // that allows less (the probe allows probeTimeout in all) still finds
@@ -128,8 +143,11 @@ func (c *coordConn) Invoke(ctx context.Context, method string, args, reply any, 
 // unanswered.
 func (c *coordConn) attempt(ctx context.Context, method string, args, reply any, opts []grpc.CallOption) (bool, error) {
 	bound := attemptTimeout
-	if method == pb.CoordinatorService_Begin_FullMethodName {
+	switch {
+	case method == pb.CoordinatorService_Begin_FullMethodName:
 		bound = beginAttemptTimeout
+	case awaitsRecord(args):
+		bound = awaitAttemptTimeout
 	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
