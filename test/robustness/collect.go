@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -219,4 +221,24 @@ func workerInFlight(ctx context.Context, admin string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no mcpcancel_worker_calls_in_flight in %s/metrics", admin)
+}
+
+// dumpGoroutines saves the goroutines of the process whose admin port is
+// admin to file, so that a handler that never returned can be explained
+// after the run; a dump that fails is only noted in the file.
+func dumpGoroutines(ctx context.Context, admin, file string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/goroutine?debug=2", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		_ = os.WriteFile(file, []byte(err.Error()+"\n"), 0o644)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b = append(b, "\n"+err.Error()+"\n"...)
+	}
+	_ = os.WriteFile(file, b, 0o644)
 }

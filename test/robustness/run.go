@@ -226,7 +226,9 @@ func settle(ctx context.Context, c *Cluster, co *collector, wl *Workload) (*Hist
 		if err != nil {
 			c.mu.Lock()
 			h.InFlight[c.workerName[w]] = max(n, 1)
+			name := c.workerName[w]
 			c.mu.Unlock()
+			dumpGoroutines(ctx, admin, filepath.Join(c.opts.Dir, name+".goroutines"))
 		}
 	}
 	listed, err := listAudit(ctx, c.Coord)
