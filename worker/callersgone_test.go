@@ -173,3 +173,46 @@ func TestCallersGoneDoesNotHoldTheDrain(t *testing.T) {
 		t.Errorf("the call: %v, %v; want it cancelled", got, err)
 	}
 }
+
+// A call stopped by CallersGone waits for its decision until decide_by
+// only while its Execute stream is open: once the gateway ends the
+// stream it has learnt the decision, given up on it, or gone, and a
+// decision that created the call's record (its gateway failed it by its
+// placement) sends the worker no stop order. The worker then settles the
+// call itself a moment later, not at decide_by (seen in the fault
+// harness: a call held 20 s past its decision, counted running).
+func TestCallersGoneStreamEndCutsTheWait(t *testing.T) {
+	cl := etcdtest.Single(t)
+	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
+	c := coord.Client(t)
+	wt := startWaitCalls(t, c, coord.Addr, "ended")
+	k := &pb.CallKey{Scope: "conn:ended", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: 1}}}
+	ctx, endStream := context.WithCancel(t.Context())
+	bg, err := wt.c.Begin(ctx, &pb.BeginRequest{Key: k, Tool: "wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.wc.Execute(ctx, &pb.ExecuteRequest{CallId: bg.CallId, Fence: bg.Fence, Tool: "wait", Worker: bg.Worker, Deadline: bg.Deadline}); err != nil {
+		t.Fatal(err)
+	}
+	<-wt.started
+	decideBy := time.Now().Add(time.Minute)
+	own, err := wt.wc.CallersGone(t.Context(), &pb.CallersGoneRequest{CallIds: []string{bg.CallId}, DecideBy: timestamppb.New(decideBy)})
+	if err != nil || own.GetStopped() != 1 {
+		t.Fatalf("CallersGone: %v, %v; want the call stopped", own, err)
+	}
+	testcluster.WaitFor(t, "the handler to return", func() bool {
+		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_running_handlers") == 0
+	})
+	endStream() // the gateway gives up, with no decision made
+	testcluster.WaitFor(t, "the worker to settle the call", func() bool {
+		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_calls_in_flight") == 0
+	})
+	if time.Now().After(decideBy) {
+		t.Fatal("the worker held the call until decide_by after its stream ended")
+	}
+	got, err := c.GetCall(t.Context(), &pb.GetCallRequest{Target: &pb.GetCallRequest_CallId{CallId: bg.CallId}})
+	if err != nil || got.GetCall().GetState() != pb.CallState_CALL_STATE_CANCELLED || got.GetCall().GetReason() != worker.ReasonCallerGone {
+		t.Errorf("the call: %v, %v; want cancelled by the worker as %q", got, err, worker.ReasonCallerGone)
+	}
+}

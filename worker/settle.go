@@ -72,19 +72,37 @@ func (e *execution) finish(ctx context.Context, res *answer, herr error, stopped
 const callerGoneWait = 200 * time.Millisecond
 
 // awaitOrder waits up to callerGoneWait for the coordinator's stop order,
-// or until the time its gateway gave in CallersGone (callersgone.go).
+// or until the time its gateway gave in CallersGone (callersgone.go),
+// but no more than callerGoneWait once the Execute stream has ended: the
+// gateway that said its cancellation was on the way has then either
+// learnt the decision (whose stop order, if it has one, follows within a
+// watch delivery) or given up on it, or is gone. A decision that writes
+// no stop order (one that created the call's record: the gateway failed
+// it by its placement when its Start was cut off) left the call waiting
+// the whole 20 s (seen in the fault harness: a handler counted running at
+// the end).
 func (e *execution) awaitOrder() *pb.StopCall {
 	e.mu.Lock()
 	e.awaiting = true
 	e.mu.Unlock()
 	now := time.Now()
-	t := time.NewTimer(e.decideBy(now).Sub(now))
+	by := e.decideBy(now)
+	t := time.NewTimer(by.Sub(now))
 	defer t.Stop()
-	select {
-	case <-e.ordered:
-	case <-t.C:
+	ended := e.stream.Context().Done()
+	for {
+		select {
+		case <-e.ordered:
+			return e.decided()
+		case <-t.C:
+			return e.decided()
+		case <-ended:
+			ended = nil
+			if soon := time.Now().Add(callerGoneWait); soon.Before(by) {
+				t.Reset(time.Until(soon))
+			}
+		}
 	}
-	return e.decided()
 }
 
 // endAsOrdered ends a call the coordinator settled without this worker,
