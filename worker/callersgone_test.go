@@ -107,11 +107,17 @@ func TestCallersGoneWithoutADecision(t *testing.T) {
 // its handler runs; the stream stays open.
 func (wt *waitCalls) run(tb testing.TB, k *pb.CallKey) (*pb.BeginResponse, pb.WorkerService_ExecuteClient) {
 	tb.Helper()
+	return wt.runIn(tb, tb.Context(), k)
+}
+
+// runIn is run with the Execute stream's context derived from ctx.
+func (wt *waitCalls) runIn(tb testing.TB, ctx context.Context, k *pb.CallKey) (*pb.BeginResponse, pb.WorkerService_ExecuteClient) {
+	tb.Helper()
 	bg, err := wt.c.Begin(tb.Context(), &pb.BeginRequest{Key: k, Tool: "wait"})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second) // bounds lastEvent
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // bounds lastEvent
 	tb.Cleanup(cancel)
 	stream, err := wt.wc.Execute(ctx, &pb.ExecuteRequest{CallId: bg.CallId, Fence: bg.Fence, Tool: "wait", Worker: bg.Worker, Deadline: bg.Deadline})
 	if err != nil {
@@ -123,6 +129,22 @@ func (wt *waitCalls) run(tb testing.TB, k *pb.CallKey) (*pb.BeginResponse, pb.Wo
 		tb.Fatal("the handler did not start")
 	}
 	return bg, stream
+}
+
+// stopAMinuteAhead stops the call through CallersGone from its own
+// connection, with its decision due in a minute, and returns once the
+// handler has returned; it returns decide_by.
+func (wt *waitCalls) stopAMinuteAhead(tb testing.TB, callID string) time.Time {
+	tb.Helper()
+	decideBy := time.Now().Add(time.Minute)
+	own, err := wt.wc.CallersGone(tb.Context(), &pb.CallersGoneRequest{CallIds: []string{callID}, DecideBy: timestamppb.New(decideBy)})
+	if err != nil || own.GetStopped() != 1 {
+		tb.Fatalf("CallersGone: %v, %v; want the call stopped", own, err)
+	}
+	testcluster.WaitFor(tb, "the handler to return", func() bool {
+		return testcluster.Gauge(tb, wt.w.Registry(), "mcpcancel_worker_running_handlers") == 0
+	})
+	return decideBy
 }
 
 // lastEvent reads the stream to its end (bounded by run's context) and
@@ -150,14 +172,7 @@ func TestCallersGoneDoesNotHoldTheDrain(t *testing.T) {
 	wt := startWaitCallsWith(t, c, worker.Options{Coordinator: coord.Addr, Name: "draining", DrainTimeout: 100 * time.Millisecond})
 	k := &pb.CallKey{Scope: "conn:draining", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: 1}}}
 	bg, stream := wt.run(t, k)
-	decideBy := time.Now().Add(time.Minute)
-	own, err := wt.wc.CallersGone(t.Context(), &pb.CallersGoneRequest{CallIds: []string{bg.CallId}, DecideBy: timestamppb.New(decideBy)})
-	if err != nil || own.GetStopped() != 1 {
-		t.Fatalf("CallersGone: %v, %v; want the call stopped", own, err)
-	}
-	testcluster.WaitFor(t, "the handler to return", func() bool {
-		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_running_handlers") == 0
-	})
+	decideBy := wt.stopAMinuteAhead(t, bg.CallId)
 	if err := wt.w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,22 +203,8 @@ func TestCallersGoneStreamEndCutsTheWait(t *testing.T) {
 	wt := startWaitCalls(t, c, coord.Addr, "ended")
 	k := &pb.CallKey{Scope: "conn:ended", RequestId: &pb.RequestId{Kind: &pb.RequestId_Number{Number: 1}}}
 	ctx, endStream := context.WithCancel(t.Context())
-	bg, err := wt.c.Begin(ctx, &pb.BeginRequest{Key: k, Tool: "wait"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wt.wc.Execute(ctx, &pb.ExecuteRequest{CallId: bg.CallId, Fence: bg.Fence, Tool: "wait", Worker: bg.Worker, Deadline: bg.Deadline}); err != nil {
-		t.Fatal(err)
-	}
-	<-wt.started
-	decideBy := time.Now().Add(time.Minute)
-	own, err := wt.wc.CallersGone(t.Context(), &pb.CallersGoneRequest{CallIds: []string{bg.CallId}, DecideBy: timestamppb.New(decideBy)})
-	if err != nil || own.GetStopped() != 1 {
-		t.Fatalf("CallersGone: %v, %v; want the call stopped", own, err)
-	}
-	testcluster.WaitFor(t, "the handler to return", func() bool {
-		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_running_handlers") == 0
-	})
+	bg, _ := wt.runIn(t, ctx, k)
+	decideBy := wt.stopAMinuteAhead(t, bg.CallId)
 	endStream() // the gateway gives up, with no decision made
 	testcluster.WaitFor(t, "the worker to settle the call", func() bool {
 		return testcluster.Gauge(t, wt.w.Registry(), "mcpcancel_worker_calls_in_flight") == 0
