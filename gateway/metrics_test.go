@@ -108,9 +108,11 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 func TestWorkerMetricsAndReadiness(t *testing.T) {
 	st := newStack(t, stackOptions{})
 	base := st.urls[0][:len(st.urls[0])-len("/mcp")]
-	if code := getStatus(t, base+"/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz = %d with the coordinator up", code)
-	}
+	// The coordinator says it serves once it has reached etcd, a moment
+	// after it starts (seen failing under load, asked at once).
+	waitFor(t, "/readyz to say ready with the coordinator up", func() bool {
+		return getStatus(t, base+"/readyz") == http.StatusOK
+	})
 	sid := openSession(t, st.urls[0])
 	done := startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 30, "steps": 300}, nil)
 	waitFor(t, "the sleep to run on the worker", func() bool {
