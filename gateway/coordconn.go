@@ -82,9 +82,9 @@ const beginAttemptTimeout = 5 * time.Second
 // awaitAttemptTimeout bounds a Cancel that may wait for its call's
 // record to appear (AwaitRecord): the coordinator waits up to as long as
 // a Begin may take to commit, and answers unknown if none does. Bounded
-// as a read, a cancel for a request that never began went unanswered,
-// and the gateway redialled a healthy link four times over (seen in the
-// fault harness).
+// as a read, a cancel whose record did not appear went unanswered, and
+// the gateway redialled a healthy link four times over (seen in the
+// fault harness's logs).
 const awaitAttemptTimeout = beginAttemptTimeout + attemptTimeout
 
 // awaitsRecord reports whether args is a Cancel that may wait for its

@@ -78,9 +78,10 @@ const callerGoneWait = 200 * time.Millisecond
 // learnt the decision (whose stop order, if it has one, follows within a
 // watch delivery) or given up on it, or is gone. A decision that writes
 // no stop order (one that created the call's record: the gateway failed
-// it by its placement when its Start was cut off) left the call waiting
-// the whole 20 s (seen in the fault harness: a handler counted running at
-// the end).
+// it by its placement when its Start was cut off), or a gateway that
+// died before its cancel went out, left the call waiting the whole 20 s,
+// counted in flight long after its decision (a fault-harness run failed
+// on such a call, most likely this way).
 func (e *execution) awaitOrder() *pb.StopCall {
 	e.mu.Lock()
 	e.awaiting = true
