@@ -50,7 +50,6 @@ type execution struct {
 	order      *pb.StopCall  // why the coordinator stopped the call
 	ownOrder   bool          // order is the worker's own, after it lost its lease
 	ordered    chan struct{} // closed once an order is set, or the worker shuts down (endAwaitLocked)
-	awaitEnded bool          // ordered is closed
 	last       float64       // last progress sent
 	anySent    bool
 	reported   reported              // last progress the handler reported (progress.go)
@@ -263,8 +262,9 @@ func (e *execution) shutdown() {
 // then takes the coordinator's order if there is one; else finish
 // settles the call itself.
 func (e *execution) endAwaitLocked() {
-	if !e.awaitEnded {
-		e.awaitEnded = true
+	select {
+	case <-e.ordered: // ended already
+	default:
 		close(e.ordered)
 	}
 }
