@@ -194,8 +194,9 @@ func TestCallersGoneDoesNotHoldTheDrain(t *testing.T) {
 // stream it has learnt the decision, given up on it, or gone, and a
 // decision that created the call's record (its gateway failed it by its
 // placement) sends the worker no stop order. The worker then settles the
-// call itself a moment later, not at decide_by (seen in the fault
-// harness: a call held 20 s past its decision, counted running).
+// call itself a moment later, not at decide_by (held 20 s, such a call
+// stays counted in flight: most likely the fault harness's one failure
+// of that kind).
 func TestCallersGoneStreamEndCutsTheWait(t *testing.T) {
 	cl := etcdtest.Single(t)
 	coord := testcluster.StartCoordinator(t, cl.Client(), coordinator.Options{})
