@@ -162,7 +162,12 @@ func testMcpgoClient(t *testing.T, tr, version string) {
 	}()
 	waitFor(t, "the long call's progress", func() bool { return len(progressOf("long")) >= 2 })
 	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	// mcp-go's stream reader ends with the cancelled request and closes
+	// its response channel, and its select may take that before ctx.Done:
+	// "unexpected nil response" is then its report of the same cancel
+	// (mcp-go v1.2.1, client/transport/streamable_http.go; seen once in
+	// CI on 2026-07-28 HTTP). What the gateway did is checked below.
+	if err := <-errc; !errors.Is(err, context.Canceled) && (err == nil || !strings.Contains(err.Error(), "unexpected nil response")) {
 		t.Fatalf("the cancelled call: %v", err)
 	}
 	// Two sleeps, each with one record, their handlers returned: the
