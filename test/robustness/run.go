@@ -89,6 +89,19 @@ const (
 	leaseTTL    = 2 * time.Second
 	retention   = 10 * time.Second
 	callTimeout = 15 * time.Second
+
+	// handlersBound is how long after every call is decided a worker may
+	// still count calls in flight: this tree's worker ends a call its
+	// gateway stopped 200 ms after the Execute stream ends at the latest.
+	handlersBound = 10 * time.Second
+	// oldHandlersBound is that bound for a worker of the last release. A
+	// v0.1.0 worker that loses its lease while a call its gateway stopped
+	// (CallersGone, now sent for every client cancel) awaits its decision
+	// keeps waiting until the gateway's decide_by, twice the gateway's
+	// 10 s cancel timeout: its own order does not end the wait (this tree's
+	// does, 8b4da30). The janitor's decision sends no stop order, so the
+	// call is held, its handler long returned, for up to 20 s.
+	oldHandlersBound = 25 * time.Second
 )
 
 // Run starts a cluster, runs the workload under faults, settles, and
@@ -217,17 +230,21 @@ func settle(ctx context.Context, c *Cluster, co *collector, wl *Workload) (*Hist
 	// Every call decides within its deadline plus the lease TTL.
 	waitFor(ctx, callTimeout+leaseTTL+h.Slack, "every call decided", func() bool { return co.running() == 0 })
 	for w, admin := range c.workerAdmin {
+		c.mu.Lock()
+		name := c.workerName[w]
+		c.mu.Unlock()
+		bound := handlersBound
+		if old, _ := c.rel.at(name, time.Now()); old {
+			bound = oldHandlersBound
+		}
 		var n int
-		err := waitFor(ctx, 10*time.Second, "handlers returned", func() bool {
+		err := waitFor(ctx, bound, "handlers returned", func() bool {
 			var err error
 			n, err = workerInFlight(ctx, admin)
 			return err == nil && n == 0
 		})
 		if err != nil {
-			c.mu.Lock()
-			h.InFlight[c.workerName[w]] = max(n, 1)
-			name := c.workerName[w]
-			c.mu.Unlock()
+			h.InFlight[name] = max(n, 1)
 			dumpGoroutines(ctx, admin, filepath.Join(c.opts.Dir, name+".goroutines"))
 		}
 	}
