@@ -107,7 +107,7 @@ func Check(h *History) []Violation {
 	vs = append(vs, checkRecorded(h, byKey).vs...)
 	for w, n := range h.InFlight {
 		if n != 0 {
-			vs = append(vs, Violation{Kind: VHandlerRunning, Subject: "worker " + w, Detail: fmt.Sprintf("%d handlers still running at the end", n)})
+			vs = append(vs, Violation{Kind: VHandlerRunning, Subject: "worker " + w, Detail: fmt.Sprintf("%d calls still in flight at the end (a handler running, or an outcome not settled; see <worker>.goroutines)", n)})
 		}
 	}
 	for _, k := range h.Leaked {

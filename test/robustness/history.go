@@ -142,7 +142,8 @@ type History struct {
 	Slack  time.Duration
 	Client []*ClientCall
 	Server map[string]*ServerCall
-	// InFlight is, per worker, the handlers still running at the end.
+	// InFlight is, per worker, the calls still in flight at the end: a
+	// handler running, or an outcome not yet settled.
 	InFlight map[string]int
 	// Leaked lists call, index, owner and audit keys left after retention.
 	Leaked []string
