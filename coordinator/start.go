@@ -137,6 +137,10 @@ func (s *Server) beginPlaced(ctx context.Context, pl *placement, w *workerEntry)
 		}
 	}
 	if errors.Is(err, errWorkerGone) {
+		// Begin-first would pick another worker; beside, the gateway
+		// fails the call as lost with its worker and places it again
+		// (UNKNOWN_CALL), on a worker other than this one.
+		s.view.forgetWorker(w.name, w.createRev)
 		err = fmt.Errorf("%w: its worker %s left before the call's record was written", ErrUnknownCall, w.name)
 	}
 	return fence, settled, err

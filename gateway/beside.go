@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/mcpcancel/mcpcancel/api/client"
 	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 	"github.com/mcpcancel/mcpcancel/internal/jsonrpc"
 )
@@ -136,6 +137,23 @@ func (c *call) awaitRecord(st *started, begun *pb.BeginResponse) {
 	if err == nil {
 		err = status.Error(codes.Internal, "Start sent something other than Begun")
 	}
+	if client.Kind(err) == client.ErrUnknownCall {
+		// Its worker left before the record was written (Begin-first, the
+		// coordinator would have picked another). The call is lost with
+		// its worker: execute fails it so (lost, which creates its record
+		// failed), and run places it again if it may (retry). The hold
+		// stays shut, and what it kept is dropped (reopen): nothing of
+		// this placement is shown. Cutting the Execute stream also stops
+		// the handler, should the worker still run it.
+		c.s.g.log.Info("a call's worker left before its record was written", "scope", c.s.scope, "call", begun.GetCallId(), "worker", begun.GetWorker())
+		c.mu.Lock()
+		stop := c.stopExec
+		c.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		return
+	}
 	c.s.g.starts.failed(err)
 	if c.hasRecord(begun.GetCallId()) {
 		c.recorded()
@@ -247,6 +265,16 @@ type hold struct {
 	shut    bool
 	kept    []func()
 	dropped int // progress and logs past maxHeld
+}
+
+// reopen drops what the hold kept, if anything, and opens it for the
+// call's next placement (a retry, begun first): what it kept came of a
+// placement whose record was never written (its worker left first), and
+// nothing of that may be shown.
+func (h *hold) reopen() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.shut, h.kept = false, nil
 }
 
 // shutUntilRelease makes the hold keep until release: a call begun beside

@@ -141,7 +141,8 @@ func (c *call) run(p *routed) {
 			return
 		}
 		if recorded != nil {
-			<-recorded // the lost call's record first: a retry replaces it
+			<-recorded      // the lost call's record first: a retry replaces it
+			c.hold.reopen() // still shut if the worker left before the record
 		}
 		next := c.retry(p, begun)
 		if next == nil {

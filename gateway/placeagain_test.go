@@ -1,0 +1,80 @@
+package gateway_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/internal/testcluster"
+	"github.com/mcpcancel/mcpcancel/worker"
+	"github.com/mcpcancel/mcpcancel/worker/demo"
+)
+
+// A call started beside its Begin on a worker whose registration goes
+// before the call's record is written has no record: the Begin is
+// guarded on that registration. Begin-first, the coordinator would pick
+// another worker; beside, the gateway fails the call as lost with its
+// worker and places it again, and the client gets its result, not
+// "could not be started" (seen in the fault harness, where a worker
+// killed in that window failed its calls so). The Begin lingers
+// (BeginLinger) so that w1's registration goes before the Begin does;
+// w1 itself runs on, unaware, as a worker cut off from etcd would.
+func TestCallWhoseWorkerLeftBeforeItsRecordIsPlacedAgain(t *testing.T) {
+	st := newStack(t, stackOptions{coord: coordinator.Options{BeginLinger: time.Second}})
+	sid := openSession(t, st.urls[0])
+	call := startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 3, "steps": 3}, nil)
+	waitFor(t, "the call placed on w1", func() bool {
+		resp, err := st.c.ListWorkers(t.Context(), nil)
+		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 1
+	})
+	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w2"}, demo.Register)
+	deleteRegistration(t, st.cli, "w1")
+
+	var r streamResult
+	select {
+	case r = <-call:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call got no answer")
+	}
+	if !hasResponse(r.msgs) || strings.Contains(fmt.Sprint(r.msgs), "error") || strings.Contains(fmt.Sprint(r.msgs), "isError:true") {
+		t.Fatalf("the client got %v, want the call's result", r.msgs)
+	}
+	as := st.audits(t, "session:"+sid)["1"]
+	var lost, done *coordinator.AuditRecord
+	for _, a := range as {
+		t.Logf("decision: %+v", *a)
+		switch {
+		case a.Worker == "w1" && a.Outcome == "failed" && a.Initiator == "worker_lost" && a.RetryOf == "":
+			lost = a
+		case a.Worker == "w2" && a.Outcome == "completed":
+			done = a
+		}
+	}
+	if len(as) != 2 || lost == nil || done == nil || done.RetryOf != lost.CallID {
+		t.Fatalf("want two decisions: the call on w1 failed as its worker lost, and its retry on w2 completed")
+	}
+}
+
+// deleteRegistration removes a worker's registration from etcd, as its
+// lease's expiry would, while the worker runs on: it is gone to every
+// coordinator.
+func deleteRegistration(t *testing.T, cli *clientv3.Client, name string) {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if strings.HasSuffix(string(kv.Key), "/workers/"+name) {
+			if _, err := cli.Delete(t.Context(), string(kv.Key)); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no registration of worker %s in etcd", name)
+}
