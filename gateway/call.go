@@ -141,8 +141,7 @@ func (c *call) run(p *routed) {
 			return
 		}
 		if recorded != nil {
-			<-recorded      // the lost call's record first: a retry replaces it
-			c.hold.reopen() // still shut if the worker left before the record
+			<-recorded // the lost call's record first: a retry replaces it
 		}
 		next := c.retry(p, begun)
 		if next == nil {
@@ -177,6 +176,7 @@ func (c *call) retry(p *routed, lost *pb.BeginResponse) *pb.BeginResponse {
 	c.mu.Lock()
 	c.retried, c.begun, c.stopExec, c.handlerStopped, c.placement, c.fence = true, nil, nil, false, nil, 0
 	c.mu.Unlock()
+	c.hold.reopen() // still shut if the lost worker left before the record
 	ctx, cancel := context.WithDeadline(c.traced(g.base), deadline)
 	defer cancel()
 	beginID := randid.New(16)

@@ -26,7 +26,7 @@ func TestDrainedWorkerAnswersItsClient(t *testing.T) {
 	w2 := testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w2", DrainTimeout: 500 * time.Millisecond}, demo.Register)
 	// The coordinator places calls from its view of the workers, which
 	// learns of w1's leaving a watch delivery after it left: a call placed
-	// on w1 meanwhile ran nowhere and was retried on w2, or failed (seen
+	// on w1 meanwhile failed as its worker lost and was retried on w2 (seen
 	// in CI, two audit records for the call).
 	waitFor(t, "the coordinator to place on w2 alone", func() bool {
 		resp, err := st.c.ListWorkers(t.Context(), nil)

@@ -64,17 +64,11 @@ func TestCallWhoseWorkerLeftBeforeItsRecordIsPlacedAgain(t *testing.T) {
 // coordinator.
 func deleteRegistration(t *testing.T, cli *clientv3.Client, name string) {
 	t.Helper()
-	resp, err := cli.Get(t.Context(), "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Delete(t.Context(), "/mcpcancel/v1/workers/"+name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range resp.Kvs {
-		if strings.HasSuffix(string(kv.Key), "/workers/"+name) {
-			if _, err := cli.Delete(t.Context(), string(kv.Key)); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
+	if resp.Deleted != 1 {
+		t.Fatalf("no registration of worker %s in etcd", name)
 	}
-	t.Fatalf("no registration of worker %s in etcd", name)
 }
