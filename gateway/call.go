@@ -395,8 +395,17 @@ const workerLost = "the worker running this call was lost"
 func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
+	unrecorded := c.ref(begun).GetFence() == 0 // begun beside its work, its record never written
 	resp, err := c.fail(begun, pb.Initiator_INITIATOR_WORKER_LOST, "execute stream lost: "+status.Convert(cause).Message())
 	switch {
+	case err != nil && unrecorded:
+		// Nothing recorded it, and the failure could not either (a
+		// coordinator of a release before decisions by placement, which
+		// finds no such call, say): the client is told it never started,
+		// as when its Begin fails. Nothing of it was shown, and its
+		// Execute stream has ended, so its handler stops.
+		g.log.Error("cannot record a lost call that was never recorded", "call", begun.GetCallId(), "err", err)
+		c.respond(c.notStarted(err))
 	case err != nil:
 		// Its outcome is unknown, so it must not run again.
 		g.log.Error("cannot record a lost call", "call", begun.GetCallId(), "err", err)

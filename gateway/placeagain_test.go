@@ -1,14 +1,20 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/mcpcancel/mcpcancel/api/mcpcancel/v1"
 
 	"github.com/mcpcancel/mcpcancel/coordinator"
+	"github.com/mcpcancel/mcpcancel/gateway"
 	"github.com/mcpcancel/mcpcancel/internal/testcluster"
 	"github.com/mcpcancel/mcpcancel/worker"
 	"github.com/mcpcancel/mcpcancel/worker/demo"
@@ -26,20 +32,7 @@ import (
 func TestCallWhoseWorkerLeftBeforeItsRecordIsPlacedAgain(t *testing.T) {
 	st := newStack(t, stackOptions{coord: coordinator.Options{BeginLinger: time.Second}})
 	sid := openSession(t, st.urls[0])
-	call := startCall(t, st.urls[0], sid, 1, "sleep", map[string]any{"seconds": 3, "steps": 3}, nil)
-	waitFor(t, "the call placed on w1", func() bool {
-		resp, err := st.c.ListWorkers(t.Context(), nil)
-		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 1
-	})
-	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w2"}, demo.Register)
-	deleteRegistration(t, st.cli, "w1")
-
-	var r streamResult
-	select {
-	case r = <-call:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the call got no answer")
-	}
+	r := loseWorkerBeforeRecord(t, st, st.urls[0], sid)
 	if !hasResponse(r.msgs) || strings.Contains(fmt.Sprint(r.msgs), "error") || strings.Contains(fmt.Sprint(r.msgs), "isError:true") {
 		t.Fatalf("the client got %v, want the call's result", r.msgs)
 	}
@@ -56,6 +49,61 @@ func TestCallWhoseWorkerLeftBeforeItsRecordIsPlacedAgain(t *testing.T) {
 	}
 	if len(as) != 2 || lost == nil || done == nil || done.RetryOf != lost.CallID {
 		t.Fatalf("want two decisions: the call on w1 failed as its worker lost, and its retry on w2 completed")
+	}
+}
+
+// The same, where the lost call's failure reaches a coordinator that
+// cannot record it: one of release v0.1, which knows no decision by
+// placement (the call reference's placement is a field it drops) and
+// finds no such call. Nothing recorded the call, so the client is told
+// it could not be started, as when a Begin fails, and not that it was
+// lost: a call anyone saw has a record (the fault harness's soak caught
+// "the worker running this call was lost" with no record, in a fleet
+// whose coordinators ran both releases).
+func TestUnrecordedLostCallIsNotStartedWhenItsFailureCannotBeRecorded(t *testing.T) {
+	st := newStack(t, stackOptions{coord: coordinator.Options{BeginLinger: time.Second}})
+	_, url := testcluster.StartGateway(t, v01Fail{st.conn}, gateway.Options{})
+	sid := openSession(t, url)
+	r := loseWorkerBeforeRecord(t, st, url, sid)
+	if !strings.Contains(fmt.Sprint(r.msgs), "could not be started") {
+		t.Fatalf("the client got %v, want: the call could not be started", r.msgs)
+	}
+	if as := st.audits(t, "session:"+sid)["1"]; len(as) != 0 {
+		t.Fatalf("the call has %d decisions, want none: nothing could record it", len(as))
+	}
+}
+
+// v01Fail is a coordinator as one of release v0.1 takes a Fail: the call
+// reference's placement, a field v0.1 does not know, is dropped.
+type v01Fail struct{ grpc.ClientConnInterface }
+
+func (c v01Fail) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if r, ok := args.(*pb.FailRequest); ok {
+		r = proto.Clone(r).(*pb.FailRequest)
+		r.Call.Placement = nil
+		args = r
+	}
+	return c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
+}
+
+// loseWorkerBeforeRecord starts a call on w1 through the gateway at url,
+// while its Begin lingers, then starts w2 and removes w1's registration
+// before the Begin commits; it returns the client's answer.
+func loseWorkerBeforeRecord(t *testing.T, st *stack, url, sid string) streamResult {
+	t.Helper()
+	call := startCall(t, url, sid, 1, "sleep", map[string]any{"seconds": 3, "steps": 3}, nil)
+	waitFor(t, "the call placed on w1", func() bool {
+		resp, err := st.c.ListWorkers(t.Context(), nil)
+		return err == nil && len(resp.Workers) == 1 && resp.Workers[0].InFlight == 1
+	})
+	testcluster.StartWorker(t, worker.Options{Coordinator: st.coord.Addr, Name: "w2"}, demo.Register)
+	deleteRegistration(t, st.cli, "w1")
+	select {
+	case r := <-call:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call got no answer")
+		return streamResult{}
 	}
 }
 
