@@ -44,7 +44,11 @@ type call struct {
 	begun    *pb.BeginResponse // nil until placed, and while placed again; its placement is moved to placement
 	timeout  time.Duration     // as granted by the coordinator, for the timeout's message
 	stopExec context.CancelFunc
-	retried  bool // the call was placed once more after its worker was lost
+	// completed, while it executes, tells its quiet-stream watch the call
+	// COMPLETED; knownCompleted says the gateway learnt so.
+	completed      func()
+	knownCompleted bool
+	retried        bool // the call was placed once more after its worker was lost
 	// handlerStopped says its worker was told the caller is gone
 	// (stopHandler).
 	handlerStopped bool
@@ -305,8 +309,15 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 	c.mu.Unlock()
 	// Watched from before the stream opens: a fresh connection to a worker
 	// gone silent never completes its handshake, and Execute waits for it.
-	heard, endWatch := c.watchQuiet(begun, stop)
+	heard, completed, endWatch := c.watchQuiet(begun, stop)
 	defer endWatch()
+	c.mu.Lock()
+	c.completed = completed
+	known := c.knownCompleted
+	c.mu.Unlock()
+	if known {
+		completed()
+	}
 	ref := c.ref(begun)
 	stream, err := wc.Execute(ctx, &pb.ExecuteRequest{
 		CallId: ref.GetCallId(), Fence: ref.GetFence(), Placement: ref.GetPlacement(), Tool: p.target, ArgumentsJson: p.arguments,
@@ -388,6 +399,10 @@ func (c *call) execute(p *routed, begun *pb.BeginResponse) (lost string) {
 // gateway lost its worker.
 const workerLost = "the worker running this call was lost"
 
+// resultLost is what the client is told of a call that COMPLETED when its
+// result did not reach the gateway.
+const resultLost = "the tool completed but its result was lost on the way back"
+
 // lost settles a call whose worker the gateway cannot reach: Fail decides
 // it against a late Complete, and the client learns what won. When the
 // call ends FAILED it answers nothing and returns the client's error, so
@@ -395,6 +410,13 @@ const workerLost = "the worker running this call was lost"
 func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	g := c.s.g
 	c.setOutcome(outcomeFailed)
+	c.mu.Lock()
+	known := c.knownCompleted
+	c.mu.Unlock()
+	if known { // a cancel of ours lost to its completion: no Fail can win
+		c.respond(c.failure(resultLost))
+		return ""
+	}
 	unrecorded := c.ref(begun).GetFence() == 0 // begun beside its work, its record never written
 	resp, err := c.fail(begun, pb.Initiator_INITIATOR_WORKER_LOST, "execute stream lost: "+status.Convert(cause).Message())
 	switch {
@@ -413,7 +435,7 @@ func (c *call) lost(begun *pb.BeginResponse, cause error) string {
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_CANCELLED:
 		c.cancelledBy(resp.GetWinnerInitiator(), resp.GetWinnerReason())
 	case resp.GetResult() == pb.SettleResult_SETTLE_RESULT_ALREADY_COMPLETED:
-		c.respond(c.failure("the tool completed but its result was lost on the way back"))
+		c.respond(c.failure(resultLost))
 	default:
 		return workerLost
 	}

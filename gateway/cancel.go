@@ -319,7 +319,23 @@ func (c *call) sendCancel(o *cancelOrder) bool {
 		c.cancelledBy(who, why)
 		return true
 	}
+	if resp.GetResult() == pb.CancelResult_CANCEL_RESULT_ALREADY_COMPLETED {
+		c.completedWon()
+	}
 	return false // completion (or failure) won; its answer goes out
+}
+
+// completedWon notes that the call COMPLETED: its result is on its way,
+// and if its stream ends or stays quiet without it, the client is told
+// the result was lost, with no further decision asked for.
+func (c *call) completedWon() {
+	c.mu.Lock()
+	c.knownCompleted = true
+	completed := c.completed
+	c.mu.Unlock()
+	if completed != nil {
+		completed()
+	}
 }
 
 // stopHandler tells the worker running the call, once, that its caller

@@ -18,9 +18,10 @@ import (
 // sends it once it learns its completion won, which may take a retry when
 // a reply was lost), so it gets half an interval more; if nothing comes,
 // the client is told its result was lost, while the record still says
-// so. heard notes a message on the stream; stop ends the watch and waits
-// for a probe in progress.
-func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (heard, stop func()) {
+// so. heard notes a message on the stream; completed says the gateway
+// learnt the call COMPLETED otherwise (its own cancel lost to the
+// completion); stop ends the watch and waits for a probe in progress.
+func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (heard, completed, stop func()) {
 	return quietWatch(c.s.g.opts.ProbeInterval, func() pb.CallState { return c.stateOf(begun.GetCallId()) }, end)
 }
 
@@ -29,12 +30,12 @@ func (c *call) watchQuiet(begun *pb.BeginResponse, end context.CancelFunc) (hear
 // call COMPLETED), and calls end as watchQuiet says. It is a timer, not a
 // goroutine: a call holds no stack for it while it runs, and a probe runs
 // only when the stream has been quiet.
-func quietWatch(interval time.Duration, stateOf func() pb.CallState, end context.CancelFunc) (heard, stop func()) {
+func quietWatch(interval time.Duration, stateOf func() pb.CallState, end context.CancelFunc) (heard, completed, stop func()) {
 	q := &quiet{interval: interval, stateOf: stateOf, end: end}
 	q.mu.Lock()
 	q.t = time.AfterFunc(interval, q.probe)
 	q.mu.Unlock()
-	return q.heard, q.stop
+	return q.heard, q.completedWon, q.stop
 }
 
 // quiet is one call's quiet-stream watch.
@@ -48,6 +49,7 @@ type quiet struct {
 	t         *time.Timer
 	heardSeq  int  // messages heard; a probe that saw one arrive meanwhile is stale
 	completed bool // seen COMPLETED with no message since
+	known     bool // COMPLETED as the gateway learnt it, not from a probe
 	stopped   bool
 }
 
@@ -61,6 +63,22 @@ func (q *quiet) heard() {
 	}
 }
 
+// completedWon says the call COMPLETED (a cancel of the gateway's lost to
+// its completion): its result gets half an interval, as after a probe
+// that found it so, and then the stream ends with no probe, which a
+// coordinator out of reach would answer RUNNING (seen in the fault
+// harness: a result lost with its worker's link waited out the call's
+// deadline and grace).
+func (q *quiet) completedWon() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return
+	}
+	q.completed, q.known = true, true
+	q.t.Reset(q.interval / 2)
+}
+
 // probe runs when the timer fires: it asks for the call's state and acts
 // on it. A call found decided without its worker ends the stream; for
 // one found running or completed, a message heard while it asked (heard
@@ -69,6 +87,12 @@ func (q *quiet) probe() {
 	q.mu.Lock()
 	if q.stopped {
 		q.mu.Unlock()
+		return
+	}
+	if q.known && q.completed { // nothing came since it was learnt
+		q.stopped = true
+		q.mu.Unlock()
+		q.end()
 		return
 	}
 	q.probing.Add(1) // under mu, before stop can set stopped: stop's Wait sees it

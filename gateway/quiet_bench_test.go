@@ -15,7 +15,7 @@ func BenchmarkQuietWatch(b *testing.B) {
 	running := func() pb.CallState { return pb.CallState_CALL_STATE_RUNNING }
 	b.ReportAllocs()
 	for b.Loop() {
-		heard, stop := quietWatch(time.Hour, running, func() {})
+		heard, _, stop := quietWatch(time.Hour, running, func() {})
 		heard()
 		stop()
 	}

@@ -105,7 +105,7 @@ func TestQuietProbeTiming(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := newQuietRig(pb.CallState_CALL_STATE_RUNNING)
-				heard, stop := quietWatch(quietEvery, r.stateOf, r.end)
+				heard, _, stop := quietWatch(quietEvery, r.stateOf, r.end)
 				tc.script(r, heard)
 				stop() // returns: the watch's goroutine is gone
 				probes, ended := r.seen()
