@@ -49,8 +49,11 @@ type quiet struct {
 	t         *time.Timer
 	heardSeq  int  // messages heard; a probe that saw one arrive meanwhile is stale
 	completed bool // seen COMPLETED with no message since
-	known     bool // COMPLETED as the gateway learnt it, not from a probe
-	stopped   bool
+	// known says the gateway learnt the call COMPLETED, not from a probe,
+	// when heardSeq was knownSeq.
+	known    bool
+	knownSeq int
+	stopped  bool
 }
 
 func (q *quiet) heard() {
@@ -75,7 +78,7 @@ func (q *quiet) completedWon() {
 	if q.stopped {
 		return
 	}
-	q.completed, q.known = true, true
+	q.known, q.knownSeq = true, q.heardSeq
 	q.t.Reset(q.interval / 2)
 }
 
@@ -89,7 +92,7 @@ func (q *quiet) probe() {
 		q.mu.Unlock()
 		return
 	}
-	if q.known && q.completed { // nothing came since it was learnt
+	if q.known && q.heardSeq == q.knownSeq { // nothing came since it was learnt
 		q.stopped = true
 		q.mu.Unlock()
 		q.end()
