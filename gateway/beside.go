@@ -146,12 +146,7 @@ func (c *call) awaitRecord(st *started, begun *pb.BeginResponse) {
 		// this placement is shown. Cutting the Execute stream also stops
 		// the handler, should the worker still run it.
 		c.s.g.log.Info("a call's worker left before its record was written", "scope", c.s.scope, "call", begun.GetCallId(), "worker", begun.GetWorker())
-		c.mu.Lock()
-		stop := c.stopExec
-		c.mu.Unlock()
-		if stop != nil {
-			stop()
-		}
+		c.cutExecute()
 		return
 	}
 	c.s.g.starts.failed(err)
@@ -226,6 +221,12 @@ func (c *call) notStarted(err error) []byte {
 func (c *call) stopped(msg []byte) {
 	c.setOutcome(outcomeFailed)
 	c.respond(msg)
+	c.cutExecute()
+}
+
+// cutExecute ends the call's Execute stream, if one is open: its worker
+// sees its caller go.
+func (c *call) cutExecute() {
 	c.mu.Lock()
 	stop := c.stopExec
 	c.mu.Unlock()

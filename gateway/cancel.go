@@ -371,12 +371,7 @@ func (c *call) cancelledBy(who pb.Initiator, reason string) {
 			c.respond(c.failure("%s", cancelledMessage(who, reason)))
 		}
 	}
-	c.mu.Lock()
-	stop := c.stopExec
-	c.mu.Unlock()
-	if stop != nil {
-		stop() // the fast path: the worker sees its caller go at once
-	}
+	c.cutExecute() // the fast path: the worker sees its caller go at once
 }
 
 // cancelledMessage tells a client who cancelled its call, when it was not
